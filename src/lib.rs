@@ -1,0 +1,1 @@
+//! Gantry: an MCP gateway.
