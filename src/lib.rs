@@ -1,1 +1,10 @@
-//! Gantry: an MCP gateway.
+//! Gantry: an MCP gateway. Streamable HTTP (and legacy HTTP+SSE) in front; stdio
+//! child processes and Streamable HTTP servers behind; ids rewritten so nothing is
+//! ever misrouted.
+#![forbid(unsafe_code)]
+
+pub mod call;
+pub mod config;
+pub mod jsonrpc;
+pub mod sse;
+pub mod upstream;

@@ -1,0 +1,36 @@
+//! The types that carry traffic *up* from backends to clients.
+//!
+//! A backend connection never knows which era or transport a client speaks: every
+//! message it must hand to a client goes through a [`Downstream`] sink, implemented by
+//! the front door (an SSE stream of one request, or the session's standalone stream).
+
+use crate::jsonrpc::Notification;
+use futures::future::BoxFuture;
+use serde_json::value::RawValue;
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+
+/// The outcome of a request answered by a client: its `result`, or its `error` object.
+pub type ClientAnswer = Result<Box<RawValue>, Box<RawValue>>;
+
+/// Where a backend's messages for one client go.
+pub trait Downstream: Send + Sync {
+    /// Delivers a notification (progress, log, list_changed …), already rewritten.
+    fn notify(&self, notification: Notification);
+    /// Sends a server→client request (sampling, elicitation, roots) to the client and
+    /// resolves with its answer, or with an error object if the client cannot be asked.
+    fn ask(&self, method: String, params: Option<Box<RawValue>>) -> BoxFuture<'static, ClientAnswer>;
+}
+
+/// A shared handle on a [`Downstream`].
+pub type Sink = Arc<dyn Downstream>;
+
+/// One client request travelling through Gantry.
+#[derive(Clone)]
+pub struct CallCtx {
+    /// Where nested traffic caused by this request goes (its own SSE stream when it
+    /// has one, else the session's standalone stream).
+    pub sink: Sink,
+    /// Cancelled when the client cancels the request or its session ends.
+    pub cancel: CancellationToken,
+}

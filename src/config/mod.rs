@@ -1,0 +1,586 @@
+//! Typed configuration: the TOML file as written ([`ConfigFile`]) and its validated,
+//! immutable runtime form ([`Config`]).
+//!
+//! Validation reports *every* problem with its key path, so a bad file never starts a
+//! half-working gateway. `${VAR}` in backend env values, headers and URLs is replaced
+//! by the environment variable `VAR` at load time (a missing variable is an error).
+
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Everything that can be wrong with a configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("{path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML or does not match the schema.
+    #[error("{path}: {message}")]
+    Syntax {
+        /// The file.
+        path: String,
+        /// The parser's message, with line and key.
+        message: String,
+    },
+    /// The file parsed, but some values are wrong: one line per problem.
+    #[error("{path}: invalid configuration:\n{}", problems.iter().map(|p| format!("  - {p}")).collect::<Vec<_>>().join("\n"))]
+    Invalid {
+        /// The file (or `command line`).
+        path: String,
+        /// Each problem as `key.path: what is wrong`.
+        problems: Vec<String>,
+    },
+}
+
+/// The configuration file as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigFile {
+    /// The HTTP front door.
+    #[serde(default)]
+    pub server: ServerConfig,
+    /// How names of several backends are combined.
+    #[serde(default)]
+    pub namespacing: NamespacingConfig,
+    /// The MCP servers behind Gantry.
+    #[serde(default)]
+    pub backends: Vec<BackendConfig>,
+}
+
+/// The HTTP front door.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// Address to listen on. Default `127.0.0.1:8080`.
+    pub listen: String,
+    /// Path of the MCP endpoint. Default `/mcp`.
+    pub path: String,
+    /// Host header values accepted (host or host:port; `*` accepts any). Default: when
+    /// bound to loopback, `localhost`, `127.0.0.1` and `[::1]` on any port; otherwise any.
+    pub allowed_hosts: Vec<String>,
+    /// Origin header values accepted (e.g. `https://app.example.com`; `*` accepts any).
+    /// A request without Origin is always accepted; a same-origin one too. Default: when
+    /// bound to loopback, loopback origins on any port.
+    pub allowed_origins: Vec<String>,
+    /// Largest accepted request body, in bytes. Default 4 MiB.
+    pub max_body_bytes: usize,
+    /// A session unused for this long is ended. Default `30m`.
+    #[serde(with = "humantime_serde")]
+    pub session_idle_timeout: Duration,
+    /// At most this many live sessions; more get 503. Default 10000.
+    pub max_sessions: usize,
+    /// Interval of SSE keep-alive comments. Default `15s`.
+    #[serde(with = "humantime_serde")]
+    pub sse_keepalive: Duration,
+    /// Events kept per SSE stream for `Last-Event-ID` resumption. Default 256.
+    pub event_buffer: usize,
+    /// `retry` (reconnect delay) announced on resumable streams. Default `1s`.
+    #[serde(with = "humantime_serde")]
+    pub sse_retry: Duration,
+    /// Serve the legacy 2024-11-05 HTTP+SSE transport at `/sse` + `/messages`. Default true.
+    pub legacy_sse: bool,
+    /// On SIGTERM, how long in-flight requests may take to finish. Default `10s`.
+    #[serde(with = "humantime_serde")]
+    pub shutdown_grace: Duration,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:8080".into(),
+            path: "/mcp".into(),
+            allowed_hosts: Vec::new(),
+            allowed_origins: Vec::new(),
+            max_body_bytes: 4 * 1024 * 1024,
+            session_idle_timeout: Duration::from_secs(30 * 60),
+            max_sessions: 10_000,
+            sse_keepalive: Duration::from_secs(15),
+            event_buffer: 256,
+            sse_retry: Duration::from_secs(1),
+            legacy_sse: true,
+            shutdown_grace: Duration::from_secs(10),
+        }
+    }
+}
+
+/// How the names of several backends are combined into one catalog.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NamespacingConfig {
+    /// Between backend name and tool/prompt name. Default `__`.
+    pub separator: String,
+}
+
+impl Default for NamespacingConfig {
+    fn default() -> Self {
+        Self {
+            separator: "__".into(),
+        }
+    }
+}
+
+/// One MCP server behind Gantry: exactly one of `stdio` or `http`.
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct BackendConfig {
+    /// Unique name; also the namespace prefix (`[A-Za-z0-9_-]`, 1–32 chars).
+    pub name: String,
+    /// Run a local child process speaking MCP on stdin/stdout.
+    pub stdio: Option<StdioConfig>,
+    /// Connect to a Streamable HTTP MCP server.
+    pub http: Option<HttpConfig>,
+    /// A request without an answer after this long fails and is cancelled upstream.
+    /// Default `60s`.
+    #[serde(default = "default_request_timeout", with = "humantime_serde")]
+    pub request_timeout: Duration,
+    /// Starting and initializing the backend must finish within this. Default `30s`.
+    #[serde(default = "default_init_timeout", with = "humantime_serde")]
+    pub init_timeout: Duration,
+    /// Largest message accepted from the backend, in bytes. Default 16 MiB.
+    #[serde(default = "default_max_message_bytes")]
+    pub max_message_bytes: usize,
+    /// `per-session` (default; one connection per client session, exact attribution of
+    /// server→client traffic) or `shared` (one connection for all sessions).
+    #[serde(default)]
+    pub session_mode: SessionMode,
+    /// Crash restart backoff.
+    #[serde(default)]
+    pub restart: RestartConfig,
+}
+
+fn default_request_timeout() -> Duration {
+    Duration::from_secs(60)
+}
+fn default_init_timeout() -> Duration {
+    Duration::from_secs(30)
+}
+fn default_max_message_bytes() -> usize {
+    16 * 1024 * 1024
+}
+
+/// How client sessions map onto backend connections.
+#[derive(Debug, Deserialize, Clone, Copy, PartialEq, Eq, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum SessionMode {
+    /// One backend connection (process / HTTP session) per client session.
+    #[default]
+    PerSession,
+    /// One backend connection shared by every client session.
+    Shared,
+}
+
+/// Restart policy of a crashed backend.
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields, default)]
+pub struct RestartConfig {
+    /// First delay before a restart. Default `200ms`.
+    #[serde(with = "humantime_serde")]
+    pub initial_backoff: Duration,
+    /// Largest delay between restarts (doubling from the initial one). Default `30s`.
+    #[serde(with = "humantime_serde")]
+    pub max_backoff: Duration,
+}
+
+impl Default for RestartConfig {
+    fn default() -> Self {
+        Self {
+            initial_backoff: Duration::from_millis(200),
+            max_backoff: Duration::from_secs(30),
+        }
+    }
+}
+
+/// A stdio backend: a child process.
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct StdioConfig {
+    /// The program to run (looked up in `PATH`).
+    pub command: String,
+    /// Its arguments.
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Variables set for the child (values may use `${VAR}`).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Variables passed through from Gantry's own environment. Default: `PATH`, `HOME`,
+    /// `USER`, `LANG`, `LC_ALL`, `TERM`, `TMPDIR`, `TZ`, `NODE_PATH`, `NPM_CONFIG_CACHE`,
+    /// `XDG_CACHE_HOME`, `XDG_CONFIG_HOME`, `XDG_DATA_HOME`. Nothing else leaks.
+    #[serde(default = "default_inherit_env")]
+    pub inherit_env: Vec<String>,
+    /// Working directory. Default: Gantry's.
+    pub cwd: Option<PathBuf>,
+}
+
+/// Environment variables a child inherits unless configured otherwise.
+pub fn default_inherit_env() -> Vec<String> {
+    [
+        "PATH",
+        "HOME",
+        "USER",
+        "LANG",
+        "LC_ALL",
+        "TERM",
+        "TMPDIR",
+        "TZ",
+        "NODE_PATH",
+        "NPM_CONFIG_CACHE",
+        "XDG_CACHE_HOME",
+        "XDG_CONFIG_HOME",
+        "XDG_DATA_HOME",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect()
+}
+
+/// A Streamable HTTP backend.
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct HttpConfig {
+    /// The backend's MCP endpoint URL.
+    pub url: String,
+    /// Extra headers sent with every request (values may use `${VAR}`), e.g. the
+    /// backend's own credentials. A client's token is never forwarded.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+}
+
+/// The validated configuration.
+#[derive(Debug)]
+pub struct Config {
+    /// Front door settings.
+    pub server: ServerConfig,
+    /// Resolved listen address.
+    pub listen: SocketAddr,
+    /// Namespacing.
+    pub namespacing: NamespacingConfig,
+    /// Backends, at least one.
+    pub backends: Vec<BackendConfig>,
+}
+
+impl Config {
+    /// Reads, parses and validates a TOML file.
+    pub fn load(path: &std::path::Path) -> Result<Self, ConfigError> {
+        let shown = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: shown.clone(),
+            source,
+        })?;
+        Self::from_toml(&text, &shown)
+    }
+
+    /// Parses and validates TOML text; `origin` names it in errors.
+    pub fn from_toml(text: &str, origin: &str) -> Result<Self, ConfigError> {
+        let file: ConfigFile = toml::from_str(text).map_err(|e| ConfigError::Syntax {
+            path: origin.to_owned(),
+            message: e.to_string(),
+        })?;
+        file.validate(origin, &|k| std::env::var(k).ok())
+    }
+}
+
+impl ConfigFile {
+    /// Validates and resolves the file; `env` looks up `${VAR}` references.
+    pub fn validate(
+        mut self,
+        origin: &str,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
+        let mut problems = Vec::new();
+        let listen = match self.server.listen.parse::<SocketAddr>() {
+            Ok(a) => Some(a),
+            Err(_) => {
+                problems.push(format!(
+                    "server.listen: `{}` is not an address like 127.0.0.1:8080",
+                    self.server.listen
+                ));
+                None
+            }
+        };
+        if !self.server.path.starts_with('/') || self.server.path.len() < 2 {
+            problems.push(format!(
+                "server.path: `{}` must start with `/` and name a path, like /mcp",
+                self.server.path
+            ));
+        }
+        if self.server.max_body_bytes < 1024 {
+            problems.push("server.max_body_bytes: must be at least 1024".into());
+        }
+        if self.server.max_sessions == 0 {
+            problems.push("server.max_sessions: must be at least 1".into());
+        }
+        if self.server.event_buffer == 0 {
+            problems.push("server.event_buffer: must be at least 1".into());
+        }
+        if self.server.session_idle_timeout < Duration::from_secs(1) {
+            problems.push("server.session_idle_timeout: must be at least 1s".into());
+        }
+        if self.server.sse_keepalive < Duration::from_millis(100) {
+            problems.push("server.sse_keepalive: must be at least 100ms".into());
+        }
+        if self.namespacing.separator.is_empty()
+            || !self
+                .namespacing
+                .separator
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        {
+            problems.push(
+                "namespacing.separator: must be non-empty and use only A-Z a-z 0-9 _ -".into(),
+            );
+        }
+        if self.backends.is_empty() {
+            problems.push("backends: at least one backend is needed".into());
+        }
+        let mut seen = std::collections::HashSet::new();
+        for (i, b) in self.backends.iter_mut().enumerate() {
+            let key = format!("backends[{i}]");
+            let valid_name = !b.name.is_empty()
+                && b.name.len() <= 32
+                && b
+                    .name
+                    .bytes()
+                    .all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-');
+            if !valid_name {
+                problems.push(format!(
+                    "{key}.name: `{}` must be 1-32 characters of A-Z a-z 0-9 _ -",
+                    b.name
+                ));
+            } else if !seen.insert(b.name.clone()) {
+                problems.push(format!("{key}.name: `{}` is used twice", b.name));
+            }
+            match (&mut b.stdio, &mut b.http) {
+                (Some(_), Some(_)) => {
+                    problems.push(format!("{key}: set either `stdio` or `http`, not both"))
+                }
+                (None, None) => problems.push(format!("{key}: set one of `stdio` or `http`")),
+                (Some(s), None) => {
+                    if s.command.trim().is_empty() {
+                        problems.push(format!("{key}.stdio.command: must not be empty"));
+                    }
+                    for (k, v) in s.env.iter_mut() {
+                        match interpolate(v, env) {
+                            Ok(r) => *v = r,
+                            Err(var) => problems.push(format!(
+                                "{key}.stdio.env.{k}: environment variable `{var}` is not set"
+                            )),
+                        }
+                    }
+                    if let Some(cwd) = &s.cwd {
+                        if !cwd.is_dir() {
+                            problems.push(format!(
+                                "{key}.stdio.cwd: `{}` is not a directory",
+                                cwd.display()
+                            ));
+                        }
+                    }
+                }
+                (None, Some(h)) => {
+                    match interpolate(&h.url, env) {
+                        Ok(u) => h.url = u,
+                        Err(var) => problems.push(format!(
+                            "{key}.http.url: environment variable `{var}` is not set"
+                        )),
+                    }
+                    match reqwest::Url::parse(&h.url) {
+                        Ok(u) if u.scheme() == "http" || u.scheme() == "https" => {}
+                        Ok(u) => problems.push(format!(
+                            "{key}.http.url: scheme `{}` is not http or https",
+                            u.scheme()
+                        )),
+                        Err(e) => problems.push(format!("{key}.http.url: `{}`: {e}", h.url)),
+                    }
+                    for (k, v) in h.headers.iter_mut() {
+                        if http::HeaderName::from_bytes(k.as_bytes()).is_err() {
+                            problems.push(format!("{key}.http.headers.{k}: not a valid header name"));
+                        }
+                        match interpolate(v, env) {
+                            Ok(r) => {
+                                if http::HeaderValue::from_str(&r).is_err() {
+                                    problems.push(format!(
+                                        "{key}.http.headers.{k}: not a valid header value"
+                                    ));
+                                }
+                                *v = r;
+                            }
+                            Err(var) => problems.push(format!(
+                                "{key}.http.headers.{k}: environment variable `{var}` is not set"
+                            )),
+                        }
+                    }
+                }
+            }
+            if b.request_timeout < Duration::from_millis(10) {
+                problems.push(format!("{key}.request_timeout: must be at least 10ms"));
+            }
+            if b.max_message_bytes < 1024 {
+                problems.push(format!("{key}.max_message_bytes: must be at least 1024"));
+            }
+            if b.restart.initial_backoff > b.restart.max_backoff {
+                problems.push(format!(
+                    "{key}.restart: initial_backoff must not exceed max_backoff"
+                ));
+            }
+        }
+        match (problems.is_empty(), listen) {
+            (true, Some(listen)) => Ok(Config {
+                server: self.server,
+                listen,
+                namespacing: self.namespacing,
+                backends: self.backends,
+            }),
+            _ => Err(ConfigError::Invalid {
+                path: origin.to_owned(),
+                problems,
+            }),
+        }
+    }
+}
+
+/// Replaces `${VAR}` with the variable's value; `$$` is a literal `$`.
+/// Returns the name of the first missing variable as the error.
+pub fn interpolate(s: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<String, String> {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(pos) = rest.find('$') {
+        out.push_str(rest.get(..pos).unwrap_or_default());
+        let after = rest.get(pos + 1..).unwrap_or_default();
+        if let Some(stripped) = after.strip_prefix('$') {
+            out.push('$');
+            rest = stripped;
+        } else if let Some(body) = after.strip_prefix('{') {
+            match body.find('}') {
+                Some(end) => {
+                    let name = body.get(..end).unwrap_or_default();
+                    match env(name) {
+                        Some(v) => out.push_str(&v),
+                        None => return Err(name.to_owned()),
+                    }
+                    rest = body.get(end + 1..).unwrap_or_default();
+                }
+                None => {
+                    out.push('$');
+                    rest = after;
+                }
+            }
+        } else {
+            out.push('$');
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+/// A backend made from a command line, as `--stdio "cmd args"` gives it.
+pub fn stdio_backend(name: &str, command_line: &str) -> Result<BackendConfig, String> {
+    let words = shlex::split(command_line)
+        .ok_or_else(|| format!("cannot split the command line `{command_line}` (unbalanced quotes?)"))?;
+    let mut it = words.into_iter();
+    let command = it
+        .next()
+        .ok_or_else(|| "the stdio command line is empty".to_owned())?;
+    Ok(BackendConfig {
+        name: name.to_owned(),
+        stdio: Some(StdioConfig {
+            command,
+            args: it.collect(),
+            env: BTreeMap::new(),
+            inherit_env: default_inherit_env(),
+            cwd: None,
+        }),
+        http: None,
+        request_timeout: default_request_timeout(),
+        init_timeout: default_init_timeout(),
+        max_message_bytes: default_max_message_bytes(),
+        session_mode: SessionMode::default(),
+        restart: RestartConfig::default(),
+    })
+}
+
+/// A backend made from `--http URL`.
+pub fn http_backend(name: &str, url: &str) -> BackendConfig {
+    BackendConfig {
+        name: name.to_owned(),
+        stdio: None,
+        http: Some(HttpConfig {
+            url: url.to_owned(),
+            headers: BTreeMap::new(),
+        }),
+        request_timeout: default_request_timeout(),
+        init_timeout: default_init_timeout(),
+        max_message_bytes: default_max_message_bytes(),
+        session_mode: SessionMode::default(),
+        restart: RestartConfig::default(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+
+    fn env(k: &str) -> Option<String> {
+        (k == "TOKEN").then(|| "s3cret".to_owned())
+    }
+
+    #[test]
+    fn interpolation() {
+        assert_eq!(interpolate("Bearer ${TOKEN}", &env).unwrap(), "Bearer s3cret");
+        assert_eq!(interpolate("a$$b$c", &env).unwrap(), "a$b$c");
+        assert_eq!(interpolate("${NOPE}", &env).unwrap_err(), "NOPE");
+    }
+
+    #[test]
+    fn reports_every_problem_with_its_key() {
+        let text = r#"
+            [server]
+            listen = "nowhere"
+            [[backends]]
+            name = "bad name"
+            [[backends]]
+            name = "x"
+            stdio = { command = "a" }
+            http = { url = "ftp://x", headers = { Authorization = "${NOPE}" } }
+        "#;
+        let file: ConfigFile = toml::from_str(text).unwrap();
+        let err = file.validate("t.toml", &env).unwrap_err().to_string();
+        for want in [
+            "server.listen",
+            "backends[0].name",
+            "backends[0]: set one of",
+            "backends[1]: set either",
+        ] {
+            assert!(err.contains(want), "missing {want} in {err}");
+        }
+    }
+
+    #[test]
+    fn unknown_keys_are_rejected() {
+        let err = Config::from_toml("[server]\nlisten_on = \"x\"\n", "t.toml").unwrap_err();
+        assert!(err.to_string().contains("listen_on"), "{err}");
+    }
+
+    #[test]
+    fn good_file() {
+        let text = r#"
+            [[backends]]
+            name = "remote"
+            http = { url = "http://127.0.0.1:9/mcp", headers = { Authorization = "Bearer ${TOKEN}" } }
+            request_timeout = "2s"
+        "#;
+        let file: ConfigFile = toml::from_str(text).unwrap();
+        let cfg = file.validate("t.toml", &env).unwrap();
+        let h = cfg.backends[0].http.as_ref().unwrap();
+        assert_eq!(h.headers["Authorization"], "Bearer s3cret");
+        assert_eq!(cfg.backends[0].request_timeout, Duration::from_secs(2));
+    }
+}

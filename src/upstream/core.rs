@@ -1,0 +1,663 @@
+//! The transport-independent half of a backend connection: id allocation, the pending
+//! table, progress-token rewriting, attribution of backend→client traffic, and the
+//! connection state that requests wait on while a backend (re)starts.
+
+use super::UpstreamError;
+use crate::call::{CallCtx, Sink};
+use crate::config::BackendConfig;
+use crate::jsonrpc::{
+    code, empty_object, to_raw, Message, Notification, Request, RequestId, Response, RpcError,
+};
+use serde_json::value::RawValue;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::AbortHandle;
+use tokio_util::sync::CancellationToken;
+
+/// Capacity of the queue of messages waiting to be written to one backend.
+const OUTGOING_QUEUE: usize = 1024;
+/// Largest upstream id before wrapping (JavaScript peers lose precision above 2^53).
+const MAX_UPSTREAM_ID: u64 = (1 << 53) - 1;
+
+/// What a backend said about itself in its `initialize` result.
+#[derive(Debug)]
+pub struct InitInfo {
+    /// The protocol version the backend agreed to.
+    pub protocol_version: String,
+    /// The whole `initialize` result (capabilities, serverInfo, instructions …).
+    pub result: serde_json::Value,
+}
+
+impl InitInfo {
+    /// The backend's declared capabilities (an object, possibly empty).
+    pub fn capabilities(&self) -> &serde_json::Value {
+        self.result.get("capabilities").unwrap_or(&serde_json::Value::Null)
+    }
+}
+
+/// Where a connection is in its life.
+#[derive(Clone)]
+pub(crate) enum State {
+    /// Starting or restarting; requests wait.
+    Starting,
+    /// Initialized: requests flow, tagged with this incarnation.
+    Ready { gen: u64, info: Arc<InitInfo> },
+    /// The last attempt failed; a retry is scheduled. Requests fail at once.
+    Failed { reason: String },
+    /// Shut down for good.
+    Closed,
+}
+
+/// A message on its way to the backend, tagged with the incarnation it belongs to:
+/// a message for an incarnation that has died is dropped, never sent to its successor.
+pub(crate) struct Outgoing {
+    pub gen: u64,
+    pub line: String,
+    /// For requests: the upstream id (HTTP uses it to attribute the response stream).
+    pub request_id: Option<u64>,
+}
+
+struct Pending {
+    gen: u64,
+    /// The call's sink; `None` for Gantry's own requests (initialize).
+    sink: Option<Sink>,
+    /// The progress token the client chose, restored on the way back.
+    client_progress: Option<serde_json::Value>,
+    reply: oneshot::Sender<Result<Response, UpstreamError>>,
+}
+
+/// The shared state of one backend connection.
+pub(crate) struct Core {
+    pub name: String,
+    next_id: AtomicU64,
+    pending: Mutex<HashMap<u64, Pending>>,
+    asks: Mutex<HashMap<String, AbortHandle>>,
+    pub out: mpsc::Sender<Outgoing>,
+    pub state: watch::Sender<State>,
+    owner: Option<Sink>,
+    /// The params of the `initialize` Gantry sends on every (re)start.
+    pub init_params: Box<RawValue>,
+    pub request_timeout: Duration,
+    pub init_timeout: Duration,
+    pub max_message_bytes: usize,
+    /// Backend messages that could be attributed to no client and were dropped.
+    pub unattributed: AtomicU64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A poisoned lock only means another thread panicked mid-update of plain maps;
+    // the data is still usable, and refusing service would be worse.
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Core {
+    fn next_id(&self) -> u64 {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        if id >= MAX_UPSTREAM_ID {
+            self.next_id.store(1, Ordering::Relaxed);
+        }
+        id % MAX_UPSTREAM_ID
+    }
+
+    pub fn unavailable(&self, reason: impl Into<String>) -> UpstreamError {
+        UpstreamError::Unavailable {
+            backend: self.name.clone(),
+            reason: reason.into(),
+        }
+    }
+
+    /// Waits until the connection is ready (or fails), bounded by the init timeout.
+    async fn wait_ready(&self, cancel: &CancellationToken) -> Result<(u64, Arc<InitInfo>), UpstreamError> {
+        let mut rx = self.state.subscribe();
+        let wait = async {
+            loop {
+                let st = rx.borrow_and_update().clone();
+                match st {
+                    State::Ready { gen, info } => return Ok((gen, info)),
+                    State::Failed { reason } => return Err(self.unavailable(reason)),
+                    State::Closed => {
+                        return Err(UpstreamError::Closed {
+                            backend: self.name.clone(),
+                        })
+                    }
+                    State::Starting => {}
+                }
+                if rx.changed().await.is_err() {
+                    return Err(UpstreamError::Closed {
+                        backend: self.name.clone(),
+                    });
+                }
+            }
+        };
+        tokio::select! {
+            r = wait => r,
+            _ = tokio::time::sleep(self.init_timeout) => Err(self.unavailable(format!(
+                "not ready after {}", humantime::format_duration(self.init_timeout)))),
+            _ = cancel.cancelled() => Err(UpstreamError::Cancelled),
+        }
+    }
+
+    /// Sends a request for incarnation `gen` and waits for its response.
+    pub async fn request(
+        self: &Arc<Self>,
+        gen: u64,
+        method: &str,
+        params: Option<Box<RawValue>>,
+        sink: Option<Sink>,
+        cancel: &CancellationToken,
+        timeout: Duration,
+    ) -> Result<Response, UpstreamError> {
+        let id = self.next_id();
+        let (params, client_progress) = rewrite_progress_token(params, id);
+        let (tx, rx) = oneshot::channel();
+        lock(&self.pending).insert(
+            id,
+            Pending {
+                gen,
+                sink,
+                client_progress,
+                reply: tx,
+            },
+        );
+        let guard = PendingGuard {
+            core: self.clone(),
+            gen,
+            id,
+            reason: "request abandoned",
+        };
+        let line = Request {
+            id: RequestId::from_u64(id),
+            method: method.to_owned(),
+            params,
+        }
+        .to_json();
+        if self
+            .out
+            .send(Outgoing {
+                gen,
+                line,
+                request_id: Some(id),
+            })
+            .await
+            .is_err()
+        {
+            return Err(UpstreamError::Closed {
+                backend: self.name.clone(),
+            });
+        }
+        let mut guard = guard;
+        tokio::select! {
+            r = rx => {
+                guard.disarm();
+                r.unwrap_or_else(|_| Err(UpstreamError::Crashed {
+                    backend: self.name.clone(),
+                    reason: "connection lost".into(),
+                }))
+            }
+            _ = tokio::time::sleep(timeout) => {
+                guard.reason = "timeout";
+                drop(guard);
+                Err(UpstreamError::Timeout { backend: self.name.clone(), after: timeout })
+            }
+            _ = cancel.cancelled() => {
+                guard.reason = "cancelled by the client";
+                drop(guard);
+                Err(UpstreamError::Cancelled)
+            }
+        }
+    }
+
+    /// Sends a message without waiting for anything.
+    pub fn send_line(&self, gen: u64, line: String) {
+        if self
+            .out
+            .try_send(Outgoing {
+                gen,
+                line,
+                request_id: None,
+            })
+            .is_err()
+        {
+            tracing::warn!(backend = %self.name, "outgoing queue full or closed; message dropped");
+        }
+    }
+
+    /// Fails every pending request of incarnation `gen` (all when `None`).
+    pub fn fail_pending(&self, gen: Option<u64>, reason: &str) {
+        let drained: Vec<Pending> = {
+            let mut p = lock(&self.pending);
+            let ids: Vec<u64> = p
+                .iter()
+                .filter(|(_, e)| gen.is_none_or(|g| e.gen == g))
+                .map(|(k, _)| *k)
+                .collect();
+            ids.into_iter().filter_map(|k| p.remove(&k)).collect()
+        };
+        for p in drained {
+            let _ = p.reply.send(Err(UpstreamError::Crashed {
+                backend: self.name.clone(),
+                reason: reason.to_owned(),
+            }));
+        }
+        for (_, h) in lock(&self.asks).drain() {
+            h.abort();
+        }
+    }
+
+    /// Fails one pending request (its transport broke).
+    pub fn fail_one(&self, id: u64, reason: String) {
+        if let Some(p) = lock(&self.pending).remove(&id) {
+            let _ = p.reply.send(Err(UpstreamError::Crashed {
+                backend: self.name.clone(),
+                reason,
+            }));
+        }
+    }
+
+    /// Whether request `id` still waits for its response.
+    pub fn is_pending(&self, id: u64) -> bool {
+        lock(&self.pending).contains_key(&id)
+    }
+
+    /// Number of requests waiting for the backend.
+    pub fn pending_len(&self) -> usize {
+        lock(&self.pending).len()
+    }
+
+    fn attribute(&self, related: Option<u64>) -> Option<Sink> {
+        let p = lock(&self.pending);
+        if let Some(sink) = related.and_then(|id| p.get(&id)).and_then(|e| e.sink.clone()) {
+            return Some(sink);
+        }
+        let mut calls = p.values().filter_map(|e| e.sink.as_ref());
+        match (calls.next(), calls.next()) {
+            (Some(only), None) => Some(only.clone()),
+            _ => None,
+        }
+    }
+
+    fn drop_unattributed(&self, what: &str) {
+        self.unattributed.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(backend = %self.name, what, "backend message with no client to deliver it to; dropped");
+    }
+
+    /// Handles one message from the backend (incarnation `gen`). `related` is the
+    /// upstream id of the request whose response stream carried it, if any.
+    pub fn incoming(self: &Arc<Self>, gen: u64, msg: Message, related: Option<u64>) {
+        match msg {
+            Message::Response(r) => {
+                let entry = r
+                    .id
+                    .as_ref()
+                    .and_then(RequestId::as_u64)
+                    .and_then(|id| lock(&self.pending).remove(&id));
+                match entry {
+                    Some(p) => {
+                        let _ = p.reply.send(Ok(r));
+                    }
+                    None => tracing::debug!(backend = %self.name, id = ?r.id,
+                        "response to no pending request (late, cancelled or unknown); dropped"),
+                }
+            }
+            Message::Notification(n) => self.incoming_notification(n, related),
+            Message::Request(req) => self.incoming_request(gen, req, related),
+        }
+    }
+
+    fn incoming_notification(&self, n: Notification, related: Option<u64>) {
+        match n.method.as_str() {
+            "notifications/progress" => {
+                let Some(mut params) = parse_object(n.params.as_deref()) else {
+                    return self.drop_unattributed("malformed progress");
+                };
+                let token = params.get("progressToken").and_then(serde_json::Value::as_u64);
+                let route = token.and_then(|t| {
+                    let p = lock(&self.pending);
+                    p.get(&t)
+                        .and_then(|e| Some((e.sink.clone()?, e.client_progress.clone()?)))
+                });
+                match route {
+                    Some((sink, client_token)) => {
+                        params.insert("progressToken".into(), client_token);
+                        sink.notify(Notification::new(&n.method, Some(to_raw(&params))));
+                    }
+                    None => self.drop_unattributed("progress for no active request"),
+                }
+            }
+            "notifications/cancelled" => {
+                // The backend withdraws one of its own requests to the client.
+                let key = parse_object(n.params.as_deref())
+                    .and_then(|p| p.get("requestId").map(|v| v.to_string()));
+                if let Some(h) = key.and_then(|k| lock(&self.asks).remove(&k)) {
+                    h.abort();
+                }
+            }
+            "notifications/message" => match self.attribute(related).or_else(|| self.owner.clone()) {
+                Some(sink) => sink.notify(n),
+                None => self.drop_unattributed("log message"),
+            },
+            _ => match related
+                .and_then(|_| self.attribute(related))
+                .or_else(|| self.owner.clone())
+            {
+                Some(sink) => sink.notify(n),
+                None => self.drop_unattributed("notification"),
+            },
+        }
+    }
+
+    fn incoming_request(self: &Arc<Self>, gen: u64, req: Request, related: Option<u64>) {
+        if req.method == "ping" {
+            self.send_line(gen, Response::ok(req.id, empty_object()).to_json());
+            return;
+        }
+        let Some(sink) = self.attribute(related).or_else(|| self.owner.clone()) else {
+            self.drop_unattributed("server-to-client request");
+            let err = RpcError::new(
+                code::METHOD_NOT_FOUND,
+                format!("no client session can answer `{}` for this backend", req.method),
+            );
+            self.send_line(gen, Response::err(Some(req.id), &err).to_json());
+            return;
+        };
+        let core = self.clone();
+        let key = req.id.key().to_owned();
+        let key2 = key.clone();
+        let task = tokio::spawn(async move {
+            let answer = sink.ask(req.method, req.params).await;
+            lock(&core.asks).remove(&key2);
+            let resp = Response {
+                id: Some(req.id),
+                outcome: answer,
+            };
+            core.send_line(gen, resp.to_json());
+        });
+        lock(&self.asks).insert(key, task.abort_handle());
+    }
+}
+
+/// Removes a pending entry when a request ends any way other than a response, and
+/// tells the backend to stop working on it.
+struct PendingGuard {
+    core: Arc<Core>,
+    gen: u64,
+    id: u64,
+    reason: &'static str,
+}
+
+impl PendingGuard {
+    fn disarm(&mut self) {
+        self.id = u64::MAX;
+    }
+}
+
+impl Drop for PendingGuard {
+    fn drop(&mut self) {
+        if self.id == u64::MAX {
+            return;
+        }
+        if lock(&self.core.pending).remove(&self.id).is_some() {
+            let params = to_raw(&serde_json::json!({ "requestId": self.id, "reason": self.reason }));
+            self.core.send_line(
+                self.gen,
+                Notification::new("notifications/cancelled", Some(params)).to_json(),
+            );
+        }
+    }
+}
+
+fn parse_object(raw: Option<&RawValue>) -> Option<serde_json::Map<String, serde_json::Value>> {
+    serde_json::from_str(raw?.get()).ok()
+}
+
+/// If `params._meta.progressToken` is set, replaces it with `gateway_token` and
+/// returns the client's token. Params without a token are passed through untouched.
+fn rewrite_progress_token(
+    params: Option<Box<RawValue>>,
+    gateway_token: u64,
+) -> (Option<Box<RawValue>>, Option<serde_json::Value>) {
+    let Some(raw) = params else {
+        return (None, None);
+    };
+    if !raw.get().contains("progressToken") {
+        return (Some(raw), None);
+    }
+    let Ok(mut top) = serde_json::from_str::<indexmap::IndexMap<String, Box<RawValue>>>(raw.get())
+    else {
+        return (Some(raw), None);
+    };
+    let Some(mut meta) = top
+        .get("_meta")
+        .and_then(|m| serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(m.get()).ok())
+    else {
+        return (Some(raw), None);
+    };
+    let Some(client) = meta.insert("progressToken".into(), gateway_token.into()) else {
+        return (Some(raw), None);
+    };
+    top.insert("_meta".into(), to_raw(&meta));
+    (Some(to_raw(&top)), Some(client))
+}
+
+/// One MCP client session with one backend, over stdio or Streamable HTTP.
+pub struct Conn {
+    pub(crate) core: Arc<Core>,
+    shutdown: CancellationToken,
+    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl Conn {
+    /// Starts a connection to `cfg`'s backend. It initializes with `init_params` (and
+    /// again after every restart); traffic no call can claim goes to `owner`.
+    pub fn start(cfg: &BackendConfig, init_params: Box<RawValue>, owner: Option<Sink>) -> Arc<Self> {
+        let (out_tx, out_rx) = mpsc::channel(OUTGOING_QUEUE);
+        let (state, _) = watch::channel(State::Starting);
+        let core = Arc::new(Core {
+            name: cfg.name.clone(),
+            next_id: AtomicU64::new(1),
+            pending: Mutex::new(HashMap::new()),
+            asks: Mutex::new(HashMap::new()),
+            out: out_tx,
+            state,
+            owner,
+            init_params,
+            request_timeout: cfg.request_timeout,
+            init_timeout: cfg.init_timeout,
+            max_message_bytes: cfg.max_message_bytes,
+            unattributed: AtomicU64::new(0),
+        });
+        let shutdown = CancellationToken::new();
+        let task = match (&cfg.stdio, &cfg.http) {
+            (Some(s), _) => tokio::spawn(super::stdio::supervise(
+                core.clone(),
+                s.clone(),
+                cfg.restart.clone(),
+                out_rx,
+                shutdown.clone(),
+            )),
+            (None, Some(h)) => tokio::spawn(super::http::supervise(
+                core.clone(),
+                h.clone(),
+                cfg.restart.clone(),
+                out_rx,
+                shutdown.clone(),
+            )),
+            (None, None) => {
+                let _ = core.state.send(State::Failed {
+                    reason: "no transport configured".into(),
+                });
+                tokio::spawn(async {})
+            }
+        };
+        Arc::new(Self {
+            core,
+            shutdown,
+            task: Mutex::new(Some(task)),
+        })
+    }
+
+    /// The backend's name.
+    pub fn name(&self) -> &str {
+        &self.core.name
+    }
+
+    /// Waits until the backend is initialized and returns what it said about itself.
+    pub async fn ready(&self, cancel: &CancellationToken) -> Result<Arc<InitInfo>, UpstreamError> {
+        self.core.wait_ready(cancel).await.map(|(_, i)| i)
+    }
+
+    /// The backend's initialize result, if it is ready now.
+    pub fn info(&self) -> Option<Arc<InitInfo>> {
+        match &*self.core.state.borrow() {
+            State::Ready { info, .. } => Some(info.clone()),
+            _ => None,
+        }
+    }
+
+    /// Forwards one client request and waits for the backend's response. The id and
+    /// progress token are rewritten; the response comes back with the upstream id,
+    /// and the caller restores the client's.
+    pub async fn call(
+        &self,
+        method: &str,
+        params: Option<Box<RawValue>>,
+        ctx: &CallCtx,
+    ) -> Result<Response, UpstreamError> {
+        let (gen, _) = self.core.wait_ready(&ctx.cancel).await?;
+        self.core
+            .request(
+                gen,
+                method,
+                params,
+                Some(ctx.sink.clone()),
+                &ctx.cancel,
+                self.core.request_timeout,
+            )
+            .await
+    }
+
+    /// Forwards a notification (e.g. `notifications/roots/list_changed`).
+    pub fn notify(&self, n: &Notification) {
+        if let State::Ready { gen, .. } = &*self.core.state.borrow() {
+            self.core.send_line(*gen, n.to_json());
+        }
+    }
+
+    /// Number of requests in flight on this connection.
+    pub fn pending(&self) -> usize {
+        self.core.pending_len()
+    }
+
+    /// Backend messages dropped because no client could be found for them.
+    pub fn unattributed(&self) -> u64 {
+        self.core.unattributed.load(Ordering::Relaxed)
+    }
+
+    /// Stops the connection: fails in-flight requests, ends the backend session and,
+    /// for stdio, terminates the process group. Waits until that is done.
+    pub async fn shutdown(&self) {
+        self.shutdown.cancel();
+        let task = lock(&self.task).take();
+        if let Some(t) = task {
+            let _ = t.await;
+        }
+        self.core.fail_pending(None, "connection shut down");
+        let _ = self.core.state.send(State::Closed);
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+/// Sends Gantry's `initialize` for incarnation `gen` and checks the result. The
+/// transport then sends `notifications/initialized` its own way and marks the
+/// connection ready.
+pub(crate) async fn handshake(core: &Arc<Core>, gen: u64) -> Result<Arc<InitInfo>, UpstreamError> {
+    let never = CancellationToken::new();
+    let resp = core
+        .request(
+            gen,
+            "initialize",
+            Some(core.init_params.clone()),
+            None,
+            &never,
+            core.init_timeout,
+        )
+        .await?;
+    let result = match resp.outcome {
+        Ok(r) => r,
+        Err(e) => {
+            return Err(core.unavailable(format!("initialize was refused: {}", e.get())));
+        }
+    };
+    let result: serde_json::Value =
+        serde_json::from_str(result.get()).map_err(|e| UpstreamError::Protocol {
+            backend: core.name.clone(),
+            reason: format!("initialize result: {e}"),
+        })?;
+    let protocol_version = result
+        .get("protocolVersion")
+        .and_then(serde_json::Value::as_str)
+        .ok_or_else(|| UpstreamError::Protocol {
+            backend: core.name.clone(),
+            reason: "initialize result has no protocolVersion".into(),
+        })?
+        .to_owned();
+    let info = Arc::new(InitInfo {
+        protocol_version,
+        result,
+    });
+    Ok(info)
+}
+
+/// Exponential backoff between restarts.
+pub(crate) struct Backoff {
+    next: Duration,
+    initial: Duration,
+    max: Duration,
+}
+
+impl Backoff {
+    pub fn new(cfg: &crate::config::RestartConfig) -> Self {
+        Self {
+            next: cfg.initial_backoff,
+            initial: cfg.initial_backoff,
+            max: cfg.max_backoff,
+        }
+    }
+    /// The delay to wait now; doubles the next one.
+    pub fn step(&mut self) -> Duration {
+        let d = self.next;
+        self.next = (self.next * 2).min(self.max);
+        d
+    }
+    /// Back to the initial delay (after a run that lasted).
+    pub fn reset(&mut self) {
+        self.next = self.initial;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+
+    #[test]
+    fn progress_token_rewrite_keeps_everything_else() {
+        let p = to_raw(&serde_json::json!({"name":"t","arguments":{"x":1},"_meta":{"progressToken":"abc","other":2}}));
+        let (out, client) = rewrite_progress_token(Some(p), 42);
+        assert_eq!(client, Some(serde_json::json!("abc")));
+        let v: serde_json::Value = serde_json::from_str(out.unwrap().get()).unwrap();
+        assert_eq!(v, serde_json::json!({"name":"t","arguments":{"x":1},"_meta":{"progressToken":42,"other":2}}));
+        let untouched = to_raw(&serde_json::json!({"name":"t"}));
+        let (out, client) = rewrite_progress_token(Some(untouched), 1);
+        assert_eq!(out.unwrap().get(), r#"{"name":"t"}"#);
+        assert!(client.is_none());
+    }
+}
