@@ -1,0 +1,423 @@
+//! Session-era client sessions and their SSE event logs.
+//!
+//! A [`Session`] belongs to one principal and holds: the negotiated protocol version,
+//! the client's capabilities, one [`EventStream`] per SSE stream (the standalone GET
+//! stream and one per request answered with SSE), the server→client requests waiting
+//! for the client's answer, and the in-flight requests a `notifications/cancelled`
+//! can reach. Event logs are per stream, bounded, and never shared between sessions.
+//! Sessions expire when idle; ending one cancels everything it started.
+
+mod stream;
+
+pub use stream::{sse_body, BodyOptions, EventStream, StreamRead};
+
+use crate::call::{ClientAnswer, Downstream, Sink};
+use crate::jsonrpc::{code, Notification, Request, RequestId, RpcError};
+use crate::router::SessionRoute;
+use dashmap::DashMap;
+use futures::future::BoxFuture;
+use rand::RngCore;
+use serde_json::value::RawValue;
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::time::{Duration, Instant};
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+
+/// Request streams kept per session for resumption after they finish.
+const MAX_STREAMS_KEPT: usize = 32;
+/// Server→client requests that may wait for a client's answer at once, per session.
+const MAX_PENDING_ASKS: usize = 64;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A session id: 128 random bits as 32 lowercase hex characters.
+pub fn new_session_id() -> String {
+    let mut b = [0u8; 16];
+    rand::thread_rng().fill_bytes(&mut b);
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Whether a client-supplied session id is shaped like one Gantry issues; anything
+/// else is rejected before it is used as a map key or logged.
+pub fn plausible_session_id(s: &str) -> bool {
+    s.len() == 32 && s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// One client session.
+pub struct Session {
+    /// The id (the `Mcp-Session-Id`, or the legacy `sessionId`).
+    pub id: String,
+    /// Who created it; only they may use it.
+    pub principal: String,
+    /// Served over the legacy 2024-11-05 HTTP+SSE transport.
+    pub legacy: bool,
+    version: OnceLock<String>,
+    capabilities: OnceLock<serde_json::Value>,
+    route: OnceLock<SessionRoute>,
+    /// The standalone stream (GET; for legacy sessions, the one SSE connection).
+    pub standalone: Arc<EventStream>,
+    streams: Mutex<StreamTable>,
+    asks: Mutex<HashMap<u64, oneshot::Sender<ClientAnswer>>>,
+    next_ask: AtomicU64,
+    inflight: Mutex<HashMap<String, Vec<(u64, CancellationToken)>>>,
+    next_track: AtomicU64,
+    inflight_count: AtomicUsize,
+    /// Cancelled when the session ends.
+    pub cancel: CancellationToken,
+    last_seen: Mutex<Instant>,
+    event_buffer: usize,
+}
+
+struct StreamTable {
+    map: HashMap<u64, Arc<EventStream>>,
+    order: VecDeque<u64>,
+    next: u64,
+}
+
+impl Session {
+    fn new(principal: String, legacy: bool, event_buffer: usize) -> Self {
+        Self {
+            id: new_session_id(),
+            principal,
+            legacy,
+            version: OnceLock::new(),
+            capabilities: OnceLock::new(),
+            route: OnceLock::new(),
+            standalone: Arc::new(EventStream::new(0, event_buffer)),
+            streams: Mutex::new(StreamTable {
+                map: HashMap::new(),
+                order: VecDeque::new(),
+                next: 1,
+            }),
+            asks: Mutex::new(HashMap::new()),
+            next_ask: AtomicU64::new(1),
+            inflight: Mutex::new(HashMap::new()),
+            next_track: AtomicU64::new(1),
+            inflight_count: AtomicUsize::new(0),
+            cancel: CancellationToken::new(),
+            last_seen: Mutex::new(Instant::now()),
+            event_buffer,
+        }
+    }
+
+    /// Records the outcome of `initialize`: version, client capabilities, backends.
+    pub fn establish(&self, version: String, capabilities: serde_json::Value, route: SessionRoute) {
+        let _ = self.version.set(version);
+        let _ = self.capabilities.set(capabilities);
+        let _ = self.route.set(route);
+    }
+
+    /// The negotiated protocol version (`None` before initialize, legacy only).
+    pub fn version(&self) -> Option<&str> {
+        self.version.get().map(String::as_str)
+    }
+
+    /// The per-session routing state (`None` before initialize, legacy only).
+    pub fn route(&self) -> Option<&SessionRoute> {
+        self.route.get()
+    }
+
+    /// Marks the session as used now.
+    pub fn touch(&self) {
+        *lock(&self.last_seen) = Instant::now();
+    }
+
+    fn idle_for(&self) -> Duration {
+        lock(&self.last_seen).elapsed()
+    }
+
+    /// Whether something is still going on (a call in flight or a stream attached).
+    fn busy(&self) -> bool {
+        self.inflight_count.load(Ordering::Relaxed) > 0 || self.standalone.has_reader()
+    }
+
+    /// Opens a new SSE stream for one request's response.
+    pub fn open_stream(&self) -> Arc<EventStream> {
+        let mut t = lock(&self.streams);
+        let id = t.next;
+        t.next += 1;
+        let s = Arc::new(EventStream::new(id, self.event_buffer));
+        t.map.insert(id, s.clone());
+        t.order.push_back(id);
+        while t.order.len() > MAX_STREAMS_KEPT {
+            // Evict the oldest *finished* stream; live ones stay.
+            let Some(pos) = t
+                .order
+                .iter()
+                .position(|k| t.map.get(k).is_none_or(|s| s.is_closed()))
+            else {
+                break;
+            };
+            if let Some(k) = t.order.remove(pos) {
+                t.map.remove(&k);
+            }
+        }
+        s
+    }
+
+    /// The stream named by an event id's stream part (0 = standalone).
+    pub fn stream(&self, id: u64) -> Option<Arc<EventStream>> {
+        if id == 0 {
+            return Some(self.standalone.clone());
+        }
+        lock(&self.streams).map.get(&id).cloned()
+    }
+
+    /// A sink writing to `stream`.
+    pub fn sink_for(self: &Arc<Self>, stream: Arc<EventStream>) -> Sink {
+        Arc::new(StreamSink {
+            stream,
+            session: Arc::downgrade(self),
+        })
+    }
+
+    /// A sink writing to the standalone stream.
+    pub fn standalone_sink(self: &Arc<Self>) -> Sink {
+        self.sink_for(self.standalone.clone())
+    }
+
+    /// Registers a request in flight so `notifications/cancelled` can reach it.
+    pub fn track(&self, id: &RequestId) -> InflightGuard<'_> {
+        let token = self.cancel.child_token();
+        let n = self.next_track.fetch_add(1, Ordering::Relaxed);
+        lock(&self.inflight)
+            .entry(id.key().to_owned())
+            .or_default()
+            .push((n, token.clone()));
+        self.inflight_count.fetch_add(1, Ordering::Relaxed);
+        InflightGuard {
+            session: self,
+            key: id.key().to_owned(),
+            n,
+            token,
+        }
+    }
+
+    /// Cancels the in-flight request(s) with this client id. A client that reuses
+    /// ids while they are in flight cannot say which one it means; all are cancelled.
+    pub fn cancel_request(&self, id: &RequestId) -> usize {
+        let tokens = lock(&self.inflight).get(id.key()).cloned().unwrap_or_default();
+        for (_, t) in &tokens {
+            t.cancel();
+        }
+        tokens.len()
+    }
+
+    /// Number of client requests in flight.
+    pub fn inflight(&self) -> usize {
+        self.inflight_count.load(Ordering::Relaxed)
+    }
+
+    /// Delivers a client's answer to a server→client request. Returns false if no
+    /// such request is waiting (late, unknown, or already answered).
+    pub fn answer(&self, id: &RequestId, answer: ClientAnswer) -> bool {
+        let Some(n) = id.as_u64() else { return false };
+        match lock(&self.asks).remove(&n) {
+            Some(tx) => tx.send(answer).is_ok(),
+            None => false,
+        }
+    }
+
+    fn register_ask(&self) -> Option<(u64, oneshot::Receiver<ClientAnswer>)> {
+        let mut asks = lock(&self.asks);
+        if asks.len() >= MAX_PENDING_ASKS {
+            return None;
+        }
+        let id = self.next_ask.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        asks.insert(id, tx);
+        Some((id, rx))
+    }
+
+    /// Ends the session: cancels its calls and streams. Backends are shut down by
+    /// the caller (see [`SessionStore::end`]).
+    fn end(&self) {
+        self.cancel.cancel();
+        self.standalone.close();
+        for s in lock(&self.streams).map.values() {
+            s.close();
+        }
+        lock(&self.asks).clear();
+    }
+}
+
+/// Unregisters an in-flight request when dropped.
+pub struct InflightGuard<'a> {
+    session: &'a Session,
+    key: String,
+    n: u64,
+    token: CancellationToken,
+}
+
+impl InflightGuard<'_> {
+    /// The request's cancellation token.
+    pub fn token(&self) -> CancellationToken {
+        self.token.clone()
+    }
+}
+
+impl Drop for InflightGuard<'_> {
+    fn drop(&mut self) {
+        let mut m = lock(&self.session.inflight);
+        if let Some(v) = m.get_mut(&self.key) {
+            if let Some(pos) = v.iter().position(|(n, _)| *n == self.n) {
+                v.swap_remove(pos);
+            }
+            if v.is_empty() {
+                m.remove(&self.key);
+            }
+        }
+        self.session.inflight_count.fetch_sub(1, Ordering::Relaxed);
+        self.session.touch();
+    }
+}
+
+/// Writes backend traffic for one client into one of its streams.
+struct StreamSink {
+    stream: Arc<EventStream>,
+    session: Weak<Session>,
+}
+
+impl Downstream for StreamSink {
+    fn notify(&self, n: Notification) {
+        self.stream.push(n.to_json());
+    }
+
+    fn ask(&self, method: String, params: Option<Box<RawValue>>) -> BoxFuture<'static, ClientAnswer> {
+        let session = self.session.upgrade();
+        let stream = self.stream.clone();
+        Box::pin(async move {
+            let unavailable = |msg: &str| Err(RpcError::new(code::INTERNAL_ERROR, msg).to_raw());
+            let Some(session) = session else {
+                return unavailable("the client session has ended");
+            };
+            let Some((id, rx)) = session.register_ask() else {
+                return unavailable("too many requests are waiting for this client's answer");
+            };
+            let req = Request {
+                id: RequestId::from_u64(id),
+                method,
+                params,
+            };
+            // A request stream that already finished cannot carry it; use the standalone one.
+            let target = if stream.is_closed() { session.standalone.clone() } else { stream };
+            target.push(req.to_json());
+            let cancel = session.cancel.clone();
+            drop(session);
+            tokio::select! {
+                r = rx => r.unwrap_or_else(|_| unavailable("the client session has ended")),
+                _ = cancel.cancelled() => unavailable("the client session has ended"),
+            }
+        })
+    }
+}
+
+/// Why a session could not be found or created.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SessionError {
+    /// The id is unknown, expired, ended, or belongs to someone else.
+    #[error("session not found")]
+    NotFound,
+    /// `max_sessions` are live.
+    #[error("too many sessions")]
+    Full,
+}
+
+/// All live sessions.
+pub struct SessionStore {
+    map: DashMap<String, Arc<Session>>,
+    max: usize,
+    idle: Duration,
+    event_buffer: usize,
+    /// Sessions ended because they were idle too long.
+    pub reaped: AtomicU64,
+}
+
+impl SessionStore {
+    /// A store for at most `max` sessions that expire after `idle`.
+    pub fn new(max: usize, idle: Duration, event_buffer: usize) -> Self {
+        Self {
+            map: DashMap::new(),
+            max,
+            idle,
+            event_buffer,
+            reaped: AtomicU64::new(0),
+        }
+    }
+
+    /// Creates a session for `principal`.
+    pub fn create(&self, principal: &str, legacy: bool) -> Result<Arc<Session>, SessionError> {
+        if self.map.len() >= self.max {
+            return Err(SessionError::Full);
+        }
+        let s = Arc::new(Session::new(principal.to_owned(), legacy, self.event_buffer));
+        self.map.insert(s.id.clone(), s.clone());
+        Ok(s)
+    }
+
+    /// Finds a session by id, for `principal` only (anyone else gets `NotFound`).
+    pub fn get(&self, id: &str, principal: &str) -> Result<Arc<Session>, SessionError> {
+        if !plausible_session_id(id) {
+            return Err(SessionError::NotFound);
+        }
+        let s = self.map.get(id).map(|e| e.value().clone());
+        match s {
+            Some(s) if s.principal == principal && !s.cancel.is_cancelled() => {
+                s.touch();
+                Ok(s)
+            }
+            _ => Err(SessionError::NotFound),
+        }
+    }
+
+    /// Ends and removes a session, shutting down its per-session backends.
+    pub async fn end(&self, id: &str) -> bool {
+        let Some((_, s)) = self.map.remove(id) else {
+            return false;
+        };
+        s.end();
+        if let Some(route) = s.route() {
+            route.close().await;
+        }
+        true
+    }
+
+    /// Number of live sessions.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Whether there are no sessions.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// Ends every session idle longer than the idle timeout. Returns how many.
+    pub async fn reap(&self) -> usize {
+        let idle: Vec<String> = self
+            .map
+            .iter()
+            .filter(|e| !e.value().busy() && e.value().idle_for() >= self.idle)
+            .map(|e| e.key().clone())
+            .collect();
+        let mut n = 0;
+        for id in idle {
+            if self.end(&id).await {
+                n += 1;
+                tracing::info!(session = %id, "session expired after being idle");
+            }
+        }
+        self.reaped.fetch_add(n as u64, Ordering::Relaxed);
+        n
+    }
+
+    /// Ends every session (shutdown).
+    pub async fn end_all(&self) {
+        let ids: Vec<String> = self.map.iter().map(|e| e.key().clone()).collect();
+        futures::future::join_all(ids.iter().map(|id| self.end(id))).await;
+    }
+}

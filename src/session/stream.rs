@@ -1,0 +1,300 @@
+//! One SSE stream's bounded event log, and the HTTP body that reads it.
+//!
+//! Writers append without ever blocking; readers follow with a cursor. A reader that
+//! disconnects loses nothing the log still holds: a client resumes with
+//! `Last-Event-ID: <stream>_<seq>`. A new reader replaces the old one (only one at a
+//! time, so no message is delivered on two connections). When the log overflows,
+//! the oldest events are dropped; a reader that needed them is ended, never fed a gap.
+
+use bytes::Bytes;
+use futures::Stream;
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A bounded, resumable log of one SSE stream's events.
+pub struct EventStream {
+    /// The stream's number within its session (0 = the standalone stream).
+    pub id: u64,
+    inner: Mutex<Inner>,
+    notify: Notify,
+    cap: usize,
+}
+
+struct Inner {
+    events: VecDeque<(u64, Arc<str>)>,
+    next_seq: u64,
+    closed: bool,
+    reader: u64,
+    attached: bool,
+    delivered: u64,
+}
+
+/// What a reader finds at its cursor.
+pub enum StreamRead {
+    /// Events after the cursor.
+    Events(Vec<(u64, Arc<str>)>),
+    /// Nothing yet.
+    Pending,
+    /// The stream is finished and fully read.
+    Closed,
+    /// Another reader took over.
+    Superseded,
+    /// Events after the cursor were dropped from the log.
+    Gap,
+}
+
+impl EventStream {
+    /// An empty stream keeping at most `cap` events.
+    pub fn new(id: u64, cap: usize) -> Self {
+        Self {
+            id,
+            inner: Mutex::new(Inner {
+                events: VecDeque::new(),
+                next_seq: 1,
+                closed: false,
+                reader: 0,
+                attached: false,
+                delivered: 0,
+            }),
+            notify: Notify::new(),
+            cap: cap.max(1),
+        }
+    }
+
+    /// Appends one JSON-RPC message. Returns false if the stream is already closed.
+    pub fn push(&self, json: String) -> bool {
+        {
+            let mut g = lock(&self.inner);
+            if g.closed {
+                return false;
+            }
+            let seq = g.next_seq;
+            g.next_seq += 1;
+            g.events.push_back((seq, Arc::from(json)));
+            while g.events.len() > self.cap {
+                g.events.pop_front();
+            }
+        }
+        self.notify.notify_waiters();
+        true
+    }
+
+    /// Marks the stream finished; readers end after the last event.
+    pub fn close(&self) {
+        lock(&self.inner).closed = true;
+        self.notify.notify_waiters();
+    }
+
+    /// Whether the stream is finished.
+    pub fn is_closed(&self) -> bool {
+        lock(&self.inner).closed
+    }
+
+    /// Whether a reader is attached now.
+    pub fn has_reader(&self) -> bool {
+        lock(&self.inner).attached
+    }
+
+    /// The sequence number of the last event handed to any reader.
+    pub fn delivered(&self) -> u64 {
+        lock(&self.inner).delivered
+    }
+
+    /// Attaches a new reader, detaching any previous one. Returns its token.
+    pub fn attach(&self) -> u64 {
+        let r = {
+            let mut g = lock(&self.inner);
+            g.reader += 1;
+            g.attached = true;
+            g.reader
+        };
+        self.notify.notify_waiters();
+        r
+    }
+
+    fn detach(&self, reader: u64) {
+        let mut g = lock(&self.inner);
+        if g.reader == reader {
+            g.attached = false;
+        }
+    }
+
+    /// Reads what follows `after` for reader `reader`.
+    pub fn read(&self, after: u64, reader: u64) -> StreamRead {
+        let mut g = lock(&self.inner);
+        if g.reader != reader {
+            return StreamRead::Superseded;
+        }
+        let first = g.events.front().map(|e| e.0);
+        if let Some(first) = first {
+            if first > after + 1 && g.next_seq > after + 1 {
+                return StreamRead::Gap;
+            }
+        }
+        let out: Vec<(u64, Arc<str>)> = g
+            .events
+            .iter()
+            .filter(|(s, _)| *s > after)
+            .cloned()
+            .collect();
+        if let Some(last) = out.last() {
+            g.delivered = g.delivered.max(last.0);
+            return StreamRead::Events(out);
+        }
+        if g.closed {
+            StreamRead::Closed
+        } else {
+            StreamRead::Pending
+        }
+    }
+}
+
+/// How a reader's HTTP body is shaped.
+pub struct BodyOptions {
+    /// Write `id:` lines (resumable streams).
+    pub with_ids: bool,
+    /// Send a priming event (`id` + empty data, plus `retry`) first (2025-11-25+).
+    pub priming: Option<Duration>,
+    /// Text written before anything else (the legacy `endpoint` event).
+    pub preamble: Option<String>,
+    /// Interval of keep-alive comments.
+    pub keepalive: Duration,
+    /// Ends the body (session end, server shutdown).
+    pub cancel: CancellationToken,
+    /// Called when the body is dropped (the client went away or the stream ended).
+    pub on_drop: Option<Box<dyn FnOnce() + Send>>,
+}
+
+struct ReaderState {
+    stream: Arc<EventStream>,
+    cursor: u64,
+    reader: u64,
+    opts: BodyOptions,
+    first: Option<String>,
+}
+
+impl Drop for ReaderState {
+    fn drop(&mut self) {
+        self.stream.detach(self.reader);
+        if let Some(f) = self.opts.on_drop.take() {
+            f();
+        }
+    }
+}
+
+/// The SSE body of a reader that starts after event `after`.
+pub fn sse_body(
+    stream: Arc<EventStream>,
+    after: u64,
+    opts: BodyOptions,
+) -> impl Stream<Item = Result<Bytes, Infallible>> + Send {
+    let reader = stream.attach();
+    let mut first = opts.preamble.clone().unwrap_or_default();
+    if let Some(retry) = opts.priming {
+        first.push_str(&format!(
+            "id: {}_{}\nretry: {}\ndata: \n\n",
+            stream.id,
+            after,
+            retry.as_millis()
+        ));
+    }
+    let st = ReaderState {
+        stream,
+        cursor: after,
+        reader,
+        opts,
+        first: (!first.is_empty()).then_some(first),
+    };
+    futures::stream::unfold(st, |mut st| async move {
+        if let Some(first) = st.first.take() {
+            return Some((Ok(Bytes::from(first)), st));
+        }
+        loop {
+            let notified = st.stream.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            match st.stream.read(st.cursor, st.reader) {
+                StreamRead::Events(evs) => {
+                    let mut out = String::new();
+                    for (seq, json) in &evs {
+                        let id = st.opts.with_ids.then(|| format!("{}_{}", st.stream.id, seq));
+                        out.push_str(&crate::sse::message_event(id.as_deref(), json));
+                        st.cursor = *seq;
+                    }
+                    return Some((Ok(Bytes::from(out)), st));
+                }
+                StreamRead::Closed | StreamRead::Superseded => return None,
+                StreamRead::Gap => {
+                    tracing::warn!(stream = st.stream.id, "SSE reader fell behind the event buffer; stream ended");
+                    return None;
+                }
+                StreamRead::Pending => {
+                    tokio::select! {
+                        _ = &mut notified => continue,
+                        _ = tokio::time::sleep(st.opts.keepalive) => {
+                            return Some((Ok(Bytes::from_static(b": keep-alive\n\n")), st));
+                        }
+                        _ = st.opts.cancel.cancelled() => return None,
+                    }
+                }
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+    use futures::StreamExt;
+
+    fn opts() -> BodyOptions {
+        BodyOptions {
+            with_ids: true,
+            priming: None,
+            preamble: None,
+            keepalive: Duration::from_secs(60),
+            cancel: CancellationToken::new(),
+            on_drop: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn replays_after_cursor_and_ends_when_closed() {
+        let s = Arc::new(EventStream::new(3, 8));
+        s.push("{\"a\":1}".into());
+        s.push("{\"a\":2}".into());
+        s.close();
+        let body: Vec<Bytes> = sse_body(s.clone(), 1, opts()).map(|b| b.unwrap()).collect().await;
+        let text: String = body.iter().map(|b| String::from_utf8_lossy(b).into_owned()).collect();
+        assert_eq!(text, "id: 3_2\nevent: message\ndata: {\"a\":2}\n\n");
+    }
+
+    #[tokio::test]
+    async fn overflow_is_a_gap_not_silent_loss() {
+        let s = Arc::new(EventStream::new(1, 2));
+        for i in 0..5 {
+            s.push(format!("{i}"));
+        }
+        let r = s.attach();
+        assert!(matches!(s.read(0, r), StreamRead::Gap));
+        assert!(matches!(s.read(3, r), StreamRead::Events(v) if v.len() == 2));
+    }
+
+    #[tokio::test]
+    async fn new_reader_supersedes_old() {
+        let s = Arc::new(EventStream::new(0, 8));
+        let a = s.attach();
+        let b = s.attach();
+        assert!(matches!(s.read(0, a), StreamRead::Superseded));
+        assert!(matches!(s.read(0, b), StreamRead::Pending));
+    }
+}
