@@ -1,0 +1,402 @@
+//! Static data of the fixture: tool, resource and prompt listings, sample
+//! media and the schemas of the elicitation requests.
+
+use rmcp::model::{JsonObject, Prompt, PromptArgument, Resource, ResourceTemplate, Tool};
+use serde_json::{json, Value};
+
+/// A 1x1 PNG (one teal pixel), base64.
+pub const PNG_BASE64: &str =
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR42mOQz38NAAIqAXpGbxguAAAAAElFTkSuQmCC";
+/// A WAV file holding 1 ms of 8 kHz mono silence, base64.
+pub const WAV_BASE64: &str =
+    "UklGRjQAAABXQVZFZm10IBAAAAABAAEAQB8AAIA+AAACABAAZGF0YRAAAAAAAAAAAAAAAAAAAAAAAAAA";
+
+pub const STATIC_TEXT_URI: &str = "test://static-text";
+pub const STATIC_TEXT: &str = "This is the content of the static text resource.";
+pub const STATIC_BINARY_URI: &str = "test://static-binary";
+pub const WATCHED_URI: &str = "test://watched-resource";
+pub const TEMPLATE_URI: &str = "test://template/{id}/data";
+pub const TEMPLATE_PREFIX: &str = "test://template/";
+pub const TEMPLATE_SUFFIX: &str = "/data";
+
+/// Turn a `json!` literal into a JSON object (non-objects become `{}`).
+pub fn object(value: Value) -> JsonObject {
+    match value {
+        Value::Object(map) => map,
+        _ => JsonObject::new(),
+    }
+}
+
+fn no_arguments() -> JsonObject {
+    object(json!({ "type": "object", "properties": {} }))
+}
+
+fn tool(name: &'static str, title: &str, description: &'static str, schema: JsonObject) -> Tool {
+    let mut tool = Tool::new(name, description, schema);
+    tool.title = Some(title.to_owned());
+    tool
+}
+
+/// The JSON Schema 2020-12 input schema the `json-schema-2020-12` scenario
+/// expects to see verbatim in `tools/list` (SEP-1613, SEP-2106).
+fn json_schema_2020_12() -> JsonObject {
+    object(json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "type": "object",
+        "$defs": {
+            "address": {
+                "$anchor": "addressDef",
+                "type": "object",
+                "properties": {
+                    "street": { "type": "string" },
+                    "city": { "type": "string" }
+                }
+            }
+        },
+        "properties": {
+            "name": { "type": "string" },
+            "address": { "$ref": "#/$defs/address" },
+            "contactMethod": { "type": "string", "enum": ["phone", "email"] },
+            "phone": { "type": "string" },
+            "email": { "type": "string" }
+        },
+        "allOf": [{ "anyOf": [{ "required": ["phone"] }, { "required": ["email"] }] }],
+        "if": {
+            "properties": { "contactMethod": { "const": "phone" } },
+            "required": ["contactMethod"]
+        },
+        "then": { "required": ["phone"] },
+        "else": { "required": ["email"] },
+        "additionalProperties": false
+    }))
+}
+
+pub fn tools() -> Vec<Tool> {
+    vec![
+        tool(
+            "echo",
+            "Echo",
+            "Returns the given message as text content.",
+            object(json!({
+                "type": "object",
+                "properties": {
+                    "message": { "type": "string", "description": "Text to send back" }
+                },
+                "required": ["message"]
+            })),
+        ),
+        tool(
+            "slow",
+            "Slow",
+            "Sleeps for `ms` milliseconds, then returns \"done\". Honours notifications/cancelled.",
+            object(json!({
+                "type": "object",
+                "properties": {
+                    "ms": {
+                        "type": "integer",
+                        "minimum": 0,
+                        "description": "How long to sleep, in milliseconds"
+                    }
+                },
+                "required": ["ms"]
+            })),
+        ),
+        tool(
+            "test_simple_text",
+            "Simple text",
+            "Tests simple text content response",
+            no_arguments(),
+        ),
+        tool(
+            "test_image_content",
+            "Image content",
+            "Tests image content response",
+            no_arguments(),
+        ),
+        tool(
+            "test_audio_content",
+            "Audio content",
+            "Tests audio content response",
+            no_arguments(),
+        ),
+        tool(
+            "test_embedded_resource",
+            "Embedded resource",
+            "Tests embedded resource content response",
+            no_arguments(),
+        ),
+        tool(
+            "test_multiple_content_types",
+            "Multiple content types",
+            "Tests response with multiple content types (text, image, resource)",
+            no_arguments(),
+        ),
+        tool(
+            "test_tool_with_logging",
+            "Tool with logging",
+            "Tests tool that emits log messages during execution",
+            no_arguments(),
+        ),
+        tool(
+            "test_tool_with_progress",
+            "Tool with progress",
+            "Tests tool that reports progress notifications",
+            no_arguments(),
+        ),
+        tool(
+            "test_error_handling",
+            "Error handling",
+            "Tests error response handling",
+            no_arguments(),
+        ),
+        tool(
+            "test_sampling",
+            "Sampling",
+            "Tests server-initiated sampling (LLM completion request)",
+            object(json!({
+                "type": "object",
+                "properties": {
+                    "prompt": { "type": "string", "description": "The prompt to send to the LLM" }
+                },
+                "required": ["prompt"]
+            })),
+        ),
+        tool(
+            "test_elicitation",
+            "Elicitation",
+            "Tests server-initiated elicitation (user input request)",
+            object(json!({
+                "type": "object",
+                "properties": {
+                    "message": { "type": "string", "description": "The message to show the user" }
+                },
+                "required": ["message"]
+            })),
+        ),
+        tool(
+            "test_elicitation_sep1034_defaults",
+            "Elicitation with defaults",
+            "Tests elicitation with default values per SEP-1034",
+            no_arguments(),
+        ),
+        tool(
+            "test_elicitation_sep1330_enums",
+            "Elicitation with enums",
+            "Tests elicitation with enum schema improvements per SEP-1330",
+            no_arguments(),
+        ),
+        tool(
+            "test_reconnection",
+            "Reconnection",
+            "Tests SSE stream disconnection and client reconnection (SEP-1699): over \
+             Streamable HTTP the server closes the request's SSE stream mid-call and \
+             sends the result after the client resumes it with Last-Event-ID.",
+            no_arguments(),
+        ),
+        tool(
+            "json_schema_2020_12_tool",
+            "JSON Schema 2020-12",
+            "Tool with JSON Schema 2020-12 features for conformance testing (SEP-1613, SEP-2106)",
+            json_schema_2020_12(),
+        ),
+    ]
+}
+
+pub fn resources() -> Vec<Resource> {
+    vec![
+        Resource::new(STATIC_TEXT_URI, "static-text")
+            .with_title("Static Text Resource")
+            .with_description("A static text resource for testing")
+            .with_mime_type("text/plain"),
+        Resource::new(STATIC_BINARY_URI, "static-binary")
+            .with_title("Static Binary Resource")
+            .with_description("A static binary resource (image) for testing")
+            .with_mime_type("image/png"),
+        Resource::new(WATCHED_URI, "watched-resource")
+            .with_title("Watched Resource")
+            .with_description(
+                "A resource that changes every second while a client is subscribed to it",
+            )
+            .with_mime_type("text/plain"),
+    ]
+}
+
+pub fn resource_templates() -> Vec<ResourceTemplate> {
+    vec![ResourceTemplate::new(TEMPLATE_URI, "template")
+        .with_title("Resource Template")
+        .with_description("A resource template with parameter substitution")
+        .with_mime_type("application/json")]
+}
+
+/// The `{id}` of a URI matching [`TEMPLATE_URI`].
+pub fn template_id(uri: &str) -> Option<&str> {
+    let id = uri
+        .strip_prefix(TEMPLATE_PREFIX)?
+        .strip_suffix(TEMPLATE_SUFFIX)?;
+    (!id.is_empty() && !id.contains('/')).then_some(id)
+}
+
+pub fn is_known_resource(uri: &str) -> bool {
+    [STATIC_TEXT_URI, STATIC_BINARY_URI, WATCHED_URI].contains(&uri) || template_id(uri).is_some()
+}
+
+fn required_argument(name: &str, description: &str) -> PromptArgument {
+    PromptArgument::new(name)
+        .with_description(description)
+        .with_required(true)
+}
+
+pub fn prompts() -> Vec<Prompt> {
+    vec![
+        Prompt::new(
+            "test_simple_prompt",
+            Some("A simple prompt without arguments"),
+            None,
+        )
+        .with_title("Simple Test Prompt"),
+        Prompt::new(
+            "test_prompt_with_arguments",
+            Some("A prompt with required arguments"),
+            Some(vec![
+                required_argument("arg1", "First test argument"),
+                required_argument("arg2", "Second test argument"),
+            ]),
+        )
+        .with_title("Prompt With Arguments"),
+        Prompt::new(
+            "test_prompt_with_embedded_resource",
+            Some("A prompt that includes an embedded resource"),
+            Some(vec![required_argument(
+                "resourceUri",
+                "URI of the resource to embed",
+            )]),
+        )
+        .with_title("Prompt With Embedded Resource"),
+        Prompt::new(
+            "test_prompt_with_image",
+            Some("A prompt that includes image content"),
+            None,
+        )
+        .with_title("Prompt With Image"),
+    ]
+}
+
+/// Completion candidates for a prompt argument or a template variable.
+pub fn completion_candidates(reference: &str, argument: &str) -> &'static [&'static str] {
+    match (reference, argument) {
+        ("test_prompt_with_arguments", "arg1" | "arg2") => {
+            &["paris", "park", "party", "test", "testValue1", "testValue2"]
+        }
+        ("test_prompt_with_embedded_resource", "resourceUri") => {
+            &[STATIC_TEXT_URI, STATIC_BINARY_URI, WATCHED_URI]
+        }
+        (TEMPLATE_URI, "id") => &["1", "2", "3", "42", "123"],
+        _ => &[],
+    }
+}
+
+/// `requestedSchema` of `test_elicitation`.
+pub fn elicitation_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "username": { "type": "string", "description": "User's response" },
+            "email": { "type": "string", "description": "User's email address" }
+        },
+        "required": ["username", "email"]
+    })
+}
+
+/// `requestedSchema` of `test_elicitation_sep1034_defaults`: a default for
+/// every primitive type.
+pub fn elicitation_defaults_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "name": { "type": "string", "description": "User name", "default": "John Doe" },
+            "age": { "type": "integer", "description": "User age", "default": 30 },
+            "score": { "type": "number", "description": "User score", "default": 95.5 },
+            "status": {
+                "type": "string",
+                "description": "User status",
+                "enum": ["active", "inactive", "pending"],
+                "default": "active"
+            },
+            "verified": { "type": "boolean", "description": "Verification status", "default": true }
+        },
+        "required": []
+    })
+}
+
+/// `requestedSchema` of `test_elicitation_sep1330_enums`: the five enum
+/// shapes of SEP-1330.
+pub fn elicitation_enums_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "untitledSingle": {
+                "type": "string",
+                "description": "Select one option",
+                "enum": ["option1", "option2", "option3"]
+            },
+            "titledSingle": {
+                "type": "string",
+                "description": "Select one option with titles",
+                "oneOf": [
+                    { "const": "value1", "title": "First Option" },
+                    { "const": "value2", "title": "Second Option" },
+                    { "const": "value3", "title": "Third Option" }
+                ]
+            },
+            "legacyEnum": {
+                "type": "string",
+                "description": "Select one option (legacy)",
+                "enum": ["opt1", "opt2", "opt3"],
+                "enumNames": ["Option One", "Option Two", "Option Three"]
+            },
+            "untitledMulti": {
+                "type": "array",
+                "description": "Select multiple options",
+                "minItems": 1,
+                "maxItems": 3,
+                "items": { "type": "string", "enum": ["option1", "option2", "option3"] }
+            },
+            "titledMulti": {
+                "type": "array",
+                "description": "Select multiple options with titles",
+                "minItems": 1,
+                "maxItems": 3,
+                "items": {
+                    "anyOf": [
+                        { "const": "value1", "title": "First Choice" },
+                        { "const": "value2", "title": "Second Choice" },
+                        { "const": "value3", "title": "Third Choice" }
+                    ]
+                }
+            }
+        },
+        "required": []
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn template_ids() {
+        assert_eq!(template_id("test://template/123/data"), Some("123"));
+        assert_eq!(template_id("test://template//data"), None);
+        assert_eq!(template_id("test://template/1/2/data"), None);
+        assert_eq!(template_id("test://static-text"), None);
+    }
+
+    #[test]
+    fn tool_names_are_unique() {
+        let tools = tools();
+        let mut names: Vec<_> = tools.iter().map(|tool| tool.name.clone()).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), tools.len());
+    }
+}
