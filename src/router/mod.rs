@@ -263,34 +263,22 @@ impl Router {
         let id = req.id.clone();
         let outcome = match req.method.as_str() {
             "ping" => Ok(empty_object()),
-            "initialize" => Err(RpcError::new(code::INVALID_REQUEST, "the session is already initialized")),
-            _ if route.single => self.forward(route, 0, &req.method, req.params, &ctx).await,
+            "initialize" => Err(Fail::Own(RpcError::new(
+                code::INVALID_REQUEST,
+                "the session is already initialized",
+            ))),
+            _ if route.single => forward(route, 0, &req.method, req.params, &ctx).await,
             _ => self.dispatch_many(route, &req.method, req.params, &ctx).await,
         };
         match outcome {
             Ok(result) => Some(Response::ok(id, result)),
-            Err(e) if e.code == CANCELLED => None,
-            Err(e) => Some(Response::err(Some(id), &e)),
+            Err(Fail::Cancelled) => None,
+            Err(Fail::Raw(e)) => Some(Response {
+                id: Some(id),
+                outcome: Err(e),
+            }),
+            Err(Fail::Own(e)) => Some(Response::err(Some(id), &e)),
         }
-    }
-
-    async fn forward(
-        &self,
-        route: &SessionRoute,
-        idx: usize,
-        method: &str,
-        params: Option<Box<RawValue>>,
-        ctx: &CallCtx,
-    ) -> Result<Box<RawValue>, RpcError> {
-        let Some(Some(conn)) = route.conns.get(idx) else {
-            return Err(RpcError::new(code::INTERNAL_ERROR, "no such backend"));
-        };
-        match conn.call(method, params, ctx).await {
-            Ok(resp) => resp.outcome.map_err(RawError),
-            Err(UpstreamError::Cancelled) => Err(RpcError::new(CANCELLED, "cancelled")),
-            Err(e) => Err(e.to_rpc()),
-        }
-        .or_else(|e: ForwardError| e.into_result())
     }
 
     /// Forwards a client notification to the session's backends.
@@ -301,25 +289,36 @@ impl Router {
     }
 }
 
-/// Internal marker code: the request was cancelled (never sent to a client).
-const CANCELLED: i64 = i64::MIN;
-
-/// A backend's own error object, relayed untouched.
-struct RawError(Box<RawValue>);
-
-/// Either a relayed backend error or one of Gantry's.
-enum ForwardError {
+/// How a routed request failed.
+pub(crate) enum Fail {
+    /// The backend's own error object, relayed untouched.
     Raw(Box<RawValue>),
+    /// An error Gantry produced.
     Own(RpcError),
+    /// Cancelled by the client: no response at all.
+    Cancelled,
 }
 
-impl From<RawError> for ForwardError {
-    fn from(e: RawError) -> Self {
-        Self::Raw(e.0)
-    }
-}
-impl From<RpcError> for ForwardError {
+impl From<RpcError> for Fail {
     fn from(e: RpcError) -> Self {
         Self::Own(e)
+    }
+}
+
+/// Sends one request to backend `idx` of the session.
+pub(crate) async fn forward(
+    route: &SessionRoute,
+    idx: usize,
+    method: &str,
+    params: Option<Box<RawValue>>,
+    ctx: &CallCtx,
+) -> Result<Box<RawValue>, Fail> {
+    let Some(Some(conn)) = route.conns.get(idx) else {
+        return Err(Fail::Own(RpcError::new(code::INTERNAL_ERROR, "no such backend")));
+    };
+    match conn.call(method, params, ctx).await {
+        Ok(resp) => resp.outcome.map_err(Fail::Raw),
+        Err(UpstreamError::Cancelled) => Err(Fail::Cancelled),
+        Err(e) => Err(Fail::Own(e.to_rpc())),
     }
 }

@@ -218,7 +218,8 @@ pub fn sse_body(
             return Some((Ok(Bytes::from(first)), st));
         }
         loop {
-            let notified = st.stream.notify.notified();
+            let stream = st.stream.clone();
+            let notified = stream.notify.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
             match st.stream.read(st.cursor, st.reader) {

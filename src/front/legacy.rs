@@ -1,0 +1,92 @@
+//! The legacy 2024-11-05 HTTP+SSE transport: `GET /sse` opens a session whose one
+//! SSE stream carries every server message (first an `endpoint` event naming
+//! `/messages?sessionId=…`); each client message is a `POST` there, answered `202`,
+//! its response delivered on the stream. The session ends when the stream closes.
+
+use super::{absorb, establish, http_error, parse_body, read_body, run_call, sse_response, App, ANONYMOUS};
+use crate::jsonrpc::{code, Incoming, Message, Response};
+use crate::router::ClientInit;
+use crate::session::{sse_body, Session};
+use axum::extract::{Query, Request as HttpRequest, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response as HttpResponse};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+pub(super) async fn open(State(app): State<Arc<App>>) -> HttpResponse {
+    if app.stopping.is_cancelled() {
+        return http_error(StatusCode::SERVICE_UNAVAILABLE, code::BACKEND_ERROR, "Gantry is shutting down");
+    }
+    let session = match app.sessions.create(ANONYMOUS, true) {
+        Ok(s) => s,
+        Err(_) => return http_error(StatusCode::SERVICE_UNAVAILABLE, code::BACKEND_ERROR, "Too many sessions; try again later"),
+    };
+    tracing::info!(session = %session.id, "legacy HTTP+SSE session opened");
+    let mut opts = app.body_options(&session, false, false);
+    opts.preamble = Some(format!("event: endpoint\ndata: /messages?sessionId={}\n\n", session.id));
+    let (app2, id) = (app.clone(), session.id.clone());
+    opts.on_drop = Some(Box::new(move || {
+        // The stream is the session: when the client goes, so does the session.
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                app2.sessions.end(&id).await;
+            });
+        }
+    }));
+    sse_response(sse_body(session.standalone.clone(), 0, opts))
+}
+
+pub(super) async fn message(
+    State(app): State<Arc<App>>,
+    Query(q): Query<HashMap<String, String>>,
+    req: HttpRequest,
+) -> HttpResponse {
+    let Some(id) = q.get("sessionId") else {
+        return http_error(StatusCode::BAD_REQUEST, code::BACKEND_ERROR, "Bad Request: sessionId query parameter is required");
+    };
+    let session = match app.sessions.get(id, ANONYMOUS) {
+        Ok(s) if s.legacy => s,
+        _ => return http_error(StatusCode::NOT_FOUND, code::SESSION_ERROR, "Session not found"),
+    };
+    let body = match read_body(&app, req).await {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let messages = match parse_body(&body) {
+        Ok(Incoming::Single(m)) => vec![m],
+        Ok(Incoming::Batch(ms)) => ms,
+        Err(r) => return r,
+    };
+    for m in messages {
+        handle(app.clone(), session.clone(), m);
+    }
+    (StatusCode::ACCEPTED, "Accepted").into_response()
+}
+
+fn handle(app: Arc<App>, session: Arc<Session>, m: Message) {
+    let req = match m {
+        Message::Request(r) => r,
+        other => return absorb(&app, &session, other),
+    };
+    tokio::spawn(async move {
+        let out: Option<Response> = if req.method == "initialize" {
+            if session.route().is_some() {
+                Some(Response::err(
+                    Some(req.id),
+                    &crate::jsonrpc::RpcError::new(code::INVALID_REQUEST, "the session is already initialized"),
+                ))
+            } else {
+                match ClientInit::parse(req.params.as_deref()) {
+                    Ok(init) => Some(establish(&app, &session, &init, req.id).await),
+                    Err(e) => Some(Response::err(Some(req.id), &e)),
+                }
+            }
+        } else {
+            let sink = session.standalone_sink();
+            run_call(&app, &session, req, sink).await
+        };
+        if let Some(resp) = out {
+            session.standalone.push(resp.to_json());
+        }
+    });
+}

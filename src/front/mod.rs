@@ -1,0 +1,597 @@
+//! The HTTP surface: the MCP endpoint (POST / GET / DELETE), the legacy HTTP+SSE
+//! transport, health endpoints.
+//!
+//! Check order for the MCP endpoint (spec-checklist §1.1): Host/Origin (403) →
+//! method (405) → Accept (406) → Content-Type (415) → body size (413) → JSON (400,
+//! -32700) → session (400 / 404) → `MCP-Protocol-Version` (400) → dispatch. Every
+//! HTTP-level error carries a JSON-RPC error body with `"id": null`.
+
+mod legacy;
+mod origin;
+
+pub use origin::OriginPolicy;
+
+use crate::call::{CallCtx, Sink};
+use crate::config::Config;
+use crate::jsonrpc::{
+    code, Incoming, Message, Notification, ParseError, Request, RequestId, Response, RpcError,
+};
+use crate::router::{ClientInit, Router, SESSION_VERSIONS};
+use crate::session::{sse_body, BodyOptions, EventStream, Session, SessionError, SessionStore};
+use axum::body::Body;
+use axum::extract::{Request as HttpRequest, State};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response as HttpResponse};
+use axum::routing::{any, get};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// Until auth lands, every caller is this principal.
+pub const ANONYMOUS: &str = "anonymous";
+
+/// Shared state of the front door.
+pub struct App {
+    /// The validated configuration.
+    pub cfg: Config,
+    /// Backends and dispatch.
+    pub router: Router,
+    /// Live client sessions.
+    pub sessions: SessionStore,
+    origin: OriginPolicy,
+    calls: AtomicUsize,
+    /// Cancelled when the server stops accepting work.
+    pub stopping: CancellationToken,
+}
+
+/// Counts a call in progress (graceful shutdown waits for them).
+struct CallGuard<'a>(&'a AtomicUsize);
+impl Drop for CallGuard<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl App {
+    /// Builds the front door for `cfg`.
+    pub fn new(cfg: Config) -> Arc<Self> {
+        let loopback = cfg.listen.ip().is_loopback();
+        Arc::new(Self {
+            origin: OriginPolicy::new(&cfg.server.allowed_hosts, &cfg.server.allowed_origins, loopback),
+            router: Router::new(&cfg),
+            sessions: SessionStore::new(
+                cfg.server.max_sessions,
+                cfg.server.session_idle_timeout,
+                cfg.server.event_buffer,
+            ),
+            calls: AtomicUsize::new(0),
+            stopping: CancellationToken::new(),
+            cfg,
+        })
+    }
+
+    fn call_guard(&self) -> CallGuard<'_> {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        CallGuard(&self.calls)
+    }
+
+    /// Client requests being answered right now.
+    pub fn calls_in_flight(&self) -> usize {
+        self.calls.load(Ordering::Relaxed)
+    }
+
+    fn body_options(&self, session: &Session, with_ids: bool, prime: bool) -> BodyOptions {
+        let priming = (prime && with_ids && session.version().is_some_and(|v| v >= "2025-11-25"))
+            .then_some(self.cfg.server.sse_retry);
+        BodyOptions {
+            with_ids,
+            priming,
+            preamble: None,
+            keepalive: self.cfg.server.sse_keepalive,
+            cancel: session.cancel.clone(),
+            on_drop: None,
+        }
+    }
+}
+
+/// The axum router for the whole HTTP surface.
+pub fn routes(app: Arc<App>) -> axum::Router {
+    let mut r = axum::Router::new()
+        .route(&app.cfg.server.path, any(mcp))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(ready));
+    if app.cfg.server.legacy_sse {
+        r = r
+            .route("/sse", get(legacy::open))
+            .route("/messages", axum::routing::post(legacy::message));
+    }
+    r.layer(axum::middleware::from_fn_with_state(app.clone(), check_origin))
+        .with_state(app)
+}
+
+async fn ready(State(app): State<Arc<App>>) -> HttpResponse {
+    if app.stopping.is_cancelled() {
+        (StatusCode::SERVICE_UNAVAILABLE, "stopping").into_response()
+    } else {
+        "ready".into_response()
+    }
+}
+
+/// An HTTP-level error with a JSON-RPC error body (`"id": null`).
+pub(crate) fn http_error(status: StatusCode, code: i64, message: impl Into<String>) -> HttpResponse {
+    let body = RpcError::new(code, message).to_null_id_response();
+    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+fn json_response(body: String) -> HttpResponse {
+    (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+fn sse_response(body: impl futures::Stream<Item = Result<bytes::Bytes, std::convert::Infallible>> + Send + 'static) -> HttpResponse {
+    let mut resp = HttpResponse::new(Body::from_stream(body));
+    let h = resp.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache, no-transform"));
+    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    resp
+}
+
+async fn check_origin(State(app): State<Arc<App>>, req: HttpRequest, next: Next) -> HttpResponse {
+    let host = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+        .or_else(|| req.uri().authority().map(|a| a.to_string()));
+    let origin = req.headers().get(header::ORIGIN).and_then(|v| v.to_str().ok());
+    if let Err(why) = app.origin.check(host.as_deref(), origin) {
+        tracing::info!(%why, "request refused (DNS-rebinding protection)");
+        return http_error(StatusCode::FORBIDDEN, code::BACKEND_ERROR, format!("Forbidden: {why}"));
+    }
+    next.run(req).await
+}
+
+/// What the client's `Accept` allows.
+#[derive(Clone, Copy)]
+pub(crate) struct Accepts {
+    json: bool,
+    sse: bool,
+}
+
+impl Accepts {
+    fn from(headers: &HeaderMap) -> Self {
+        let mut json = false;
+        let mut sse = false;
+        let mut any = false;
+        let values: Vec<&str> = headers
+            .get_all(header::ACCEPT)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .collect();
+        if values.is_empty() {
+            // Lenient: a client that states nothing accepts what it gets.
+            return Self { json: true, sse: true };
+        }
+        for part in values.iter().flat_map(|v| v.split(',')) {
+            let mime = part.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
+            match mime.as_str() {
+                "application/json" | "application/*" => json = true,
+                "text/event-stream" | "text/*" => sse = true,
+                "*/*" => any = true,
+                _ => {}
+            }
+        }
+        Self { json: json || any, sse: sse || any }
+    }
+}
+
+fn session_header(headers: &HeaderMap) -> Option<&str> {
+    headers.get("mcp-session-id").and_then(|v| v.to_str().ok())
+}
+
+fn not_found() -> HttpResponse {
+    http_error(StatusCode::NOT_FOUND, code::SESSION_ERROR, "Session not found")
+}
+
+fn lookup(app: &App, headers: &HeaderMap) -> Result<Arc<Session>, HttpResponse> {
+    let Some(id) = session_header(headers) else {
+        return Err(http_error(
+            StatusCode::BAD_REQUEST,
+            code::BACKEND_ERROR,
+            "Bad Request: Mcp-Session-Id header is required",
+        ));
+    };
+    match app.sessions.get(id, ANONYMOUS) {
+        Ok(s) if !s.legacy => Ok(s),
+        _ => Err(not_found()),
+    }
+}
+
+fn check_version_header(headers: &HeaderMap) -> Result<(), HttpResponse> {
+    let Some(v) = headers.get("mcp-protocol-version") else { return Ok(()) };
+    let v = v.to_str().unwrap_or_default();
+    if SESSION_VERSIONS.contains(&v) {
+        Ok(())
+    } else {
+        Err(http_error(
+            StatusCode::BAD_REQUEST,
+            code::BACKEND_ERROR,
+            format!(
+                "Bad Request: unsupported MCP-Protocol-Version `{v}` (supported: {})",
+                SESSION_VERSIONS.join(", ")
+            ),
+        ))
+    }
+}
+
+async fn mcp(State(app): State<Arc<App>>, req: HttpRequest) -> HttpResponse {
+    let method = req.method().clone();
+    match method {
+        Method::POST => post(app, req).await,
+        Method::GET => get_stream(app, req.headers()),
+        Method::DELETE => delete(app, req.headers()).await,
+        _ => {
+            let mut r = http_error(StatusCode::METHOD_NOT_ALLOWED, code::BACKEND_ERROR, "Method not allowed");
+            r.headers_mut().insert(header::ALLOW, HeaderValue::from_static("GET, POST, DELETE"));
+            r
+        }
+    }
+}
+
+/// Reads a request body within the configured limit.
+pub(crate) async fn read_body(app: &App, req: HttpRequest) -> Result<bytes::Bytes, HttpResponse> {
+    let limit = app.cfg.server.max_body_bytes;
+    let too_large = || {
+        http_error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            code::INVALID_REQUEST,
+            format!("Request body larger than {limit} bytes"),
+        )
+    };
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return Err(too_large());
+    }
+    axum::body::to_bytes(req.into_body(), limit).await.map_err(|_| too_large())
+}
+
+/// Parses a body into messages, or the precise 400.
+pub(crate) fn parse_body(bytes: &[u8]) -> Result<Incoming, HttpResponse> {
+    Incoming::parse(bytes).map_err(|e| match e {
+        ParseError::Json(m) => http_error(StatusCode::BAD_REQUEST, code::PARSE_ERROR, format!("Parse error: {m}")),
+        ParseError::Invalid(m) => http_error(StatusCode::BAD_REQUEST, code::INVALID_REQUEST, format!("Invalid Request: {m}")),
+    })
+}
+
+async fn post(app: Arc<App>, req: HttpRequest) -> HttpResponse {
+    let headers = req.headers().clone();
+    let accepts = Accepts::from(&headers);
+    if !accepts.json && !accepts.sse {
+        return http_error(
+            StatusCode::NOT_ACCEPTABLE,
+            code::BACKEND_ERROR,
+            "Not Acceptable: Client must accept application/json or text/event-stream",
+        );
+    }
+    let ctype = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    if !ctype.to_ascii_lowercase().starts_with("application/json") {
+        return http_error(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            code::BACKEND_ERROR,
+            "Unsupported Media Type: Content-Type must be application/json",
+        );
+    }
+    let body = match read_body(&app, req).await {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let incoming = match parse_body(&body) {
+        Ok(i) => i,
+        Err(r) => return r,
+    };
+    if let Incoming::Single(Message::Request(r)) = &incoming {
+        if r.method == "initialize" {
+            if let Err(resp) = check_version_header(&headers) {
+                return resp;
+            }
+            let Incoming::Single(Message::Request(r)) = incoming else { return not_found() };
+            return initialize(app, r, accepts).await;
+        }
+    }
+    let session = match lookup(&app, &headers) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    if let Err(r) = check_version_header(&headers) {
+        return r;
+    }
+    match incoming {
+        Incoming::Single(m) => single(app, session, m, accepts).await,
+        Incoming::Batch(ms) => {
+            if session.version() != Some("2025-03-26") {
+                return http_error(
+                    StatusCode::BAD_REQUEST,
+                    code::INVALID_REQUEST,
+                    "Invalid Request: JSON-RPC batches are only accepted in protocol 2025-03-26",
+                );
+            }
+            batch(app, session, ms, accepts).await
+        }
+    }
+}
+
+async fn initialize(app: Arc<App>, req: Request, accepts: Accepts) -> HttpResponse {
+    let init = match ClientInit::parse(req.params.as_deref()) {
+        Ok(i) => i,
+        Err(e) => {
+            let body = Response::err(Some(req.id), &e).to_json();
+            return (StatusCode::BAD_REQUEST, [(header::CONTENT_TYPE, "application/json")], body).into_response();
+        }
+    };
+    if app.stopping.is_cancelled() {
+        return http_error(StatusCode::SERVICE_UNAVAILABLE, code::BACKEND_ERROR, "Gantry is shutting down");
+    }
+    let session = match app.sessions.create(ANONYMOUS, false) {
+        Ok(s) => s,
+        Err(SessionError::Full | SessionError::NotFound) => {
+            return http_error(StatusCode::SERVICE_UNAVAILABLE, code::BACKEND_ERROR, "Too many sessions; try again later");
+        }
+    };
+    let answer = establish(&app, &session, &init, req.id).await;
+    let failed = answer.outcome.is_err();
+    let body = answer.to_json();
+    let mut resp = if accepts.json {
+        json_response(body)
+    } else {
+        sse_response(futures::stream::iter([Ok(bytes::Bytes::from(crate::sse::message_event(None, &body)))]))
+    };
+    if failed {
+        app.sessions.end(&session.id).await;
+    } else if let Ok(v) = HeaderValue::from_str(&session.id) {
+        resp.headers_mut().insert("mcp-session-id", v);
+        tracing::info!(session = %session.id, version = ?session.version(), client = %init.client_info, "session started");
+    }
+    resp
+}
+
+/// Connects a session to its backends and builds the answer to `initialize`.
+pub(crate) async fn establish(app: &App, session: &Arc<Session>, init: &ClientInit, id: RequestId) -> Response {
+    let owner: Sink = session.standalone_sink();
+    match app.router.open_session(init, owner, &session.cancel).await {
+        Ok((route, result)) => {
+            session.establish(init.negotiated().to_owned(), init.capabilities.clone(), route);
+            Response::ok(id, crate::jsonrpc::to_raw(&result))
+        }
+        Err(e) => Response::err(Some(id), &RpcError::new(code::BACKEND_ERROR, e.to_string())),
+    }
+}
+
+/// Handles a client notification or response. Returns nothing: they get 202.
+pub(crate) fn absorb(app: &App, session: &Session, m: Message) {
+    match m {
+        Message::Notification(n) => notification(app, session, n),
+        Message::Response(r) => {
+            let Some(id) = r.id else { return };
+            if !session.answer(&id, r.outcome) {
+                tracing::debug!(session = %session.id, ?id, "client answered no pending request; dropped");
+            }
+        }
+        Message::Request(_) => {}
+    }
+}
+
+fn notification(app: &App, session: &Session, n: Notification) {
+    match n.method.as_str() {
+        "notifications/initialized" => {}
+        "notifications/cancelled" => {
+            let id = n
+                .params
+                .as_deref()
+                .and_then(|p| serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(p.get()).ok())
+                .and_then(|p| p.get("requestId").cloned())
+                .and_then(|v| RequestId::from_raw(crate::jsonrpc::to_raw(&v)).ok());
+            if let Some(id) = id {
+                let n = session.cancel_request(&id);
+                tracing::debug!(session = %session.id, ?id, cancelled = n, "client cancelled a request");
+            }
+        }
+        _ => {
+            if let Some(route) = session.route() {
+                app.router.notify(route, &n);
+            }
+        }
+    }
+}
+
+/// Runs one client request to its response (or `None` if it was cancelled).
+pub(crate) async fn run_call(app: &App, session: &Arc<Session>, req: Request, sink: Sink) -> Option<Response> {
+    let _call = app.call_guard();
+    let guard = session.track(&req.id);
+    let ctx = CallCtx {
+        sink,
+        cancel: guard.token(),
+    };
+    let Some(route) = session.route() else {
+        return Some(Response::err(
+            Some(req.id),
+            &RpcError::new(code::INVALID_REQUEST, "the session is not initialized"),
+        ));
+    };
+    app.router.dispatch(route, req, ctx).await
+}
+
+async fn single(app: Arc<App>, session: Arc<Session>, m: Message, accepts: Accepts) -> HttpResponse {
+    let req = match m {
+        Message::Request(r) => r,
+        other => {
+            absorb(&app, &session, other);
+            return StatusCode::ACCEPTED.into_response();
+        }
+    };
+    if req.method == "ping" || !accepts.sse {
+        // Answered as one JSON object; nested traffic (if any) uses the GET stream.
+        let sink = session.standalone_sink();
+        return match run_call(&app, &session, req, sink).await {
+            Some(r) => json_response(r.to_json()),
+            None => StatusCode::ACCEPTED.into_response(),
+        };
+    }
+    let stream = session.open_stream();
+    spawn_call(app.clone(), session.clone(), req, stream.clone());
+    let opts = app.body_options(&session, true, true);
+    sse_response(sse_body(stream, 0, opts))
+}
+
+/// Runs a call in its own task, writing its response into `stream`, then closing it.
+/// The call outlives the HTTP connection: a disconnect is not a cancellation.
+fn spawn_call(app: Arc<App>, session: Arc<Session>, req: Request, stream: Arc<EventStream>) {
+    tokio::spawn(async move {
+        let sink = session.sink_for(stream.clone());
+        if let Some(resp) = run_call(&app, &session, req, sink).await {
+            stream.push(resp.to_json());
+        }
+        stream.close();
+    });
+}
+
+async fn batch(app: Arc<App>, session: Arc<Session>, ms: Vec<Message>, accepts: Accepts) -> HttpResponse {
+    let mut requests = Vec::new();
+    for m in ms {
+        match m {
+            Message::Request(r) if r.method == "initialize" => {
+                return http_error(
+                    StatusCode::BAD_REQUEST,
+                    code::INVALID_REQUEST,
+                    "Invalid Request: initialize must not be part of a batch",
+                );
+            }
+            Message::Request(r) => requests.push(r),
+            other => absorb(&app, &session, other),
+        }
+    }
+    if requests.is_empty() {
+        return StatusCode::ACCEPTED.into_response();
+    }
+    if !accepts.sse {
+        let sink = session.standalone_sink();
+        let answers = futures::future::join_all(requests.into_iter().map(|r| run_call(&app, &session, r, sink.clone()))).await;
+        let parts: Vec<String> = answers.into_iter().flatten().map(|r| r.to_json()).collect();
+        return json_response(format!("[{}]", parts.join(",")));
+    }
+    let stream = session.open_stream();
+    {
+        let (app, session, stream) = (app.clone(), session.clone(), stream.clone());
+        tokio::spawn(async move {
+            let sink = session.sink_for(stream.clone());
+            let calls = requests.into_iter().map(|r| {
+                let (app, session, sink, stream) = (&app, &session, sink.clone(), &stream);
+                async move {
+                    if let Some(resp) = run_call(app, session, r, sink).await {
+                        stream.push(resp.to_json());
+                    }
+                }
+            });
+            futures::future::join_all(calls).await;
+            stream.close();
+        });
+    }
+    let opts = app.body_options(&session, true, true);
+    sse_response(sse_body(stream, 0, opts))
+}
+
+fn get_stream(app: Arc<App>, headers: &HeaderMap) -> HttpResponse {
+    if !Accepts::from(headers).sse {
+        return http_error(
+            StatusCode::NOT_ACCEPTABLE,
+            code::BACKEND_ERROR,
+            "Not Acceptable: Client must accept text/event-stream",
+        );
+    }
+    let session = match lookup(&app, headers) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    if let Err(r) = check_version_header(headers) {
+        return r;
+    }
+    if let Some(last) = headers.get("last-event-id") {
+        let parsed = last
+            .to_str()
+            .ok()
+            .and_then(|s| s.split_once('_'))
+            .and_then(|(a, b)| Some((a.parse::<u64>().ok()?, b.parse::<u64>().ok()?)));
+        let Some((stream_id, seq)) = parsed else {
+            return http_error(StatusCode::BAD_REQUEST, code::BACKEND_ERROR, "Bad Request: invalid Last-Event-ID");
+        };
+        let Some(stream) = session.stream(stream_id) else {
+            return http_error(StatusCode::NOT_FOUND, code::BACKEND_ERROR, "Last-Event-ID names a stream that no longer exists");
+        };
+        let opts = app.body_options(&session, true, false);
+        return sse_response(sse_body(stream, seq, opts));
+    }
+    let after = session.standalone.delivered();
+    let opts = app.body_options(&session, true, true);
+    sse_response(sse_body(session.standalone.clone(), after, opts))
+}
+
+async fn delete(app: Arc<App>, headers: &HeaderMap) -> HttpResponse {
+    let session = match lookup(&app, headers) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    app.sessions.end(&session.id).await;
+    tracing::info!(session = %session.id, "session ended by the client");
+    StatusCode::OK.into_response()
+}
+
+/// Serves until `stop` is cancelled, then drains: in-flight calls get up to
+/// `shutdown_grace` to finish, streams end, sessions and backends are shut down.
+pub async fn serve(app: Arc<App>, listener: tokio::net::TcpListener, stop: CancellationToken) -> std::io::Result<()> {
+    let reaper = {
+        let app = app.clone();
+        tokio::spawn(async move {
+            let every = (app.cfg.server.session_idle_timeout / 4).clamp(Duration::from_millis(250), Duration::from_secs(30));
+            loop {
+                tokio::time::sleep(every).await;
+                app.sessions.reap().await;
+            }
+        })
+    };
+    let drained = CancellationToken::new();
+    let drain = {
+        let (app, stop, drained) = (app.clone(), stop.clone(), drained.clone());
+        tokio::spawn(async move {
+            stop.cancelled().await;
+            app.stopping.cancel();
+            let grace = app.cfg.server.shutdown_grace;
+            let deadline = tokio::time::Instant::now() + grace;
+            while app.calls_in_flight() > 0 && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            if app.calls_in_flight() > 0 {
+                tracing::warn!(calls = app.calls_in_flight(), "shutdown grace expired; ending calls still in flight");
+            }
+            app.sessions.end_all().await;
+            drained.cancel();
+        })
+    };
+    let routes = routes(app.clone());
+    let result = axum::serve(listener, routes)
+        .with_graceful_shutdown({
+            let stop = stop.clone();
+            async move { stop.cancelled().await }
+        })
+        .await;
+    reaper.abort();
+    stop.cancel();
+    let _ = drain.await;
+    drained.cancelled().await;
+    app.sessions.end_all().await;
+    result
+}
