@@ -1,0 +1,328 @@
+//! Test fixtures: the real `gantry` binary on an ephemeral loopback port, real
+//! backend processes, and a small MCP client over real HTTP.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Path of the example MCP server binary built with the package.
+pub fn example_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_gantry-example"))
+}
+
+/// Path of the gantry binary.
+pub fn gantry_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_gantry"))
+}
+
+/// Path of a file under tests/fixtures.
+pub fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+}
+
+/// A running gantry process. Killed (SIGKILL) on drop if still running.
+pub struct Gantry {
+    pub child: Child,
+    /// `http://127.0.0.1:PORT/mcp`
+    pub url: String,
+    /// `http://127.0.0.1:PORT`
+    pub base: String,
+    pub log: Arc<Mutex<Vec<String>>>,
+    _dir: Option<tempdir::TempDir>,
+}
+
+mod tempdir {
+    pub struct TempDir(pub std::path::PathBuf);
+    impl TempDir {
+        pub fn new() -> Self {
+            let p = std::env::temp_dir().join(format!(
+                "gantry-test-{}-{}",
+                std::process::id(),
+                rand_suffix()
+            ));
+            std::fs::create_dir_all(&p).unwrap();
+            Self(p)
+        }
+    }
+    fn rand_suffix() -> u64 {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static N: AtomicU64 = AtomicU64::new(0);
+        N.fetch_add(1, Ordering::Relaxed)
+            ^ std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+    }
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+impl Gantry {
+    /// Starts gantry with these extra arguments (`--listen 127.0.0.1:0` is added).
+    pub fn start(args: &[&str]) -> Self {
+        Self::spawn(args, None)
+    }
+
+    /// Starts gantry in front of the example server over stdio.
+    pub fn example_stdio() -> Self {
+        let bin = example_bin();
+        Self::start(&["--stdio", bin.to_str().unwrap()])
+    }
+
+    /// Starts gantry with a TOML config. `listen` is forced to an ephemeral port.
+    pub fn with_config(toml: &str) -> Self {
+        let dir = tempdir::TempDir::new();
+        let path = dir.0.join("gantry.toml");
+        std::fs::write(&path, toml).unwrap();
+        let p = path.to_str().unwrap().to_owned();
+        Self::spawn(&["--config", &p], Some(dir))
+    }
+
+    fn spawn(args: &[&str], dir: Option<tempdir::TempDir>) -> Self {
+        let mut child = Command::new(gantry_bin())
+            .args(["--listen", "127.0.0.1:0"])
+            .args(args)
+            .env("RUST_LOG", std::env::var("GANTRY_TEST_LOG").unwrap_or_else(|_| "info".into()))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start gantry");
+        let stderr = child.stderr.take().unwrap();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        {
+            let log = log.clone();
+            std::thread::spawn(move || {
+                let mut tx = Some(tx);
+                for line in BufReader::new(stderr).lines() {
+                    let Ok(line) = line else { break };
+                    if std::env::var("GANTRY_TEST_ECHO").is_ok() {
+                        eprintln!("[gantry] {line}");
+                    }
+                    if let Some(rest) = line.strip_prefix("gantry listening on ") {
+                        if let Some(tx) = tx.take() {
+                            let _ = tx.send(rest.trim().to_owned());
+                        }
+                    }
+                    log.lock().unwrap().push(line);
+                }
+            });
+        }
+        let url = match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(u) => u,
+            Err(_) => {
+                let _ = child.kill();
+                panic!("gantry did not start: {:?}", log.lock().unwrap());
+            }
+        };
+        let base = url.trim_end_matches("/mcp").to_owned();
+        Self { child, url, base, log, _dir: dir }
+    }
+
+    /// Everything gantry logged so far.
+    pub fn log_text(&self) -> String {
+        self.log.lock().unwrap().join("\n")
+    }
+
+    /// Waits until the log contains `needle` (bounded).
+    pub fn wait_log(&self, needle: &str, within: Duration) -> bool {
+        let end = Instant::now() + within;
+        while Instant::now() < end {
+            if self.log_text().contains(needle) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    /// Sends SIGTERM and waits (bounded) for exit; returns the exit status.
+    pub fn terminate(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        let end = Instant::now() + within;
+        while Instant::now() < end {
+            if let Ok(Some(s)) = self.child.try_wait() {
+                return Some(s);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn client(&self) -> Client {
+        Client::new(&self.url)
+    }
+}
+
+impl Drop for Gantry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Processes (pid, command line) whose parent is `ppid`, from /proc.
+pub fn children_of(ppid: u32) -> Vec<(u32, String)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        let after = stat.rsplit_once(')').map(|x| x.1).unwrap_or("");
+        let fields: Vec<&str> = after.split_whitespace().collect();
+        if fields.get(1).and_then(|p| p.parse::<u32>().ok()) == Some(ppid) && fields.first() != Some(&"Z") {
+            let cmd = std::fs::read_to_string(format!("/proc/{pid}/cmdline")).unwrap_or_default().replace('\0', " ");
+            out.push((pid, cmd));
+        }
+    }
+    out
+}
+
+/// Whether a process exists (and is not a zombie).
+pub fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat.rsplit_once(')').map(|x| x.1.trim_start().starts_with('Z')).unwrap_or(false),
+        Err(_) => false,
+    }
+}
+
+/// What one POST produced: status, headers, and the JSON-RPC messages in the body
+/// (one for JSON, each `data` for SSE).
+#[derive(Debug)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: reqwest::header::HeaderMap,
+    pub messages: Vec<Value>,
+    pub event_ids: Vec<String>,
+    pub raw: String,
+}
+
+impl Reply {
+    /// The response message with this id.
+    pub fn response(&self, id: &Value) -> Option<&Value> {
+        self.messages.iter().find(|m| m.get("id") == Some(id) && (m.get("result").is_some() || m.get("error").is_some()))
+    }
+    pub fn content_type(&self) -> String {
+        self.headers.get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned()
+    }
+}
+
+/// A minimal MCP client over Streamable HTTP (session era).
+pub struct Client {
+    pub http: reqwest::Client,
+    pub url: String,
+    pub session: Option<String>,
+    pub version: String,
+}
+
+pub fn parse_sse(text: &str) -> (Vec<Value>, Vec<String>) {
+    let mut p = gantry::sse::Parser::new(64 << 20);
+    let evs = p.feed(text.as_bytes()).unwrap();
+    let mut msgs = Vec::new();
+    let mut ids = Vec::new();
+    for e in evs {
+        if let Some(id) = e.id {
+            ids.push(id);
+        }
+        if !e.data.trim().is_empty() {
+            msgs.push(serde_json::from_str(&e.data).unwrap());
+        }
+    }
+    (msgs, ids)
+}
+
+impl Client {
+    pub fn new(url: &str) -> Self {
+        Self {
+            http: reqwest::Client::builder().timeout(Duration::from_secs(60)).build().unwrap(),
+            url: url.to_owned(),
+            session: None,
+            version: "2025-11-25".into(),
+        }
+    }
+
+    /// A POST with the session headers and `Accept: application/json, text/event-stream`.
+    pub fn post_builder(&self) -> reqwest::RequestBuilder {
+        let mut rb = self
+            .http
+            .post(&self.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream");
+        if let Some(s) = &self.session {
+            rb = rb.header("mcp-session-id", s).header("mcp-protocol-version", &self.version);
+        }
+        rb
+    }
+
+    /// POSTs a body and reads the whole reply (JSON or SSE to its end).
+    pub async fn post(&self, body: &Value) -> Reply {
+        Self::read(self.post_builder().body(body.to_string()).send().await.unwrap()).await
+    }
+
+    pub async fn read(resp: reqwest::Response) -> Reply {
+        let status = resp.status().as_u16();
+        let headers = resp.headers().clone();
+        let raw = resp.text().await.unwrap();
+        let ct = headers.get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("");
+        let (messages, event_ids) = if ct.starts_with("text/event-stream") {
+            parse_sse(&raw)
+        } else if raw.trim().is_empty() {
+            (vec![], vec![])
+        } else {
+            match serde_json::from_str::<Value>(&raw) {
+                Ok(Value::Array(a)) => (a, vec![]),
+                Ok(v) => (vec![v], vec![]),
+                Err(_) => (vec![], vec![]),
+            }
+        };
+        Reply { status, headers, messages, event_ids, raw }
+    }
+
+    /// Initializes a session (and sends `notifications/initialized`).
+    pub async fn initialize(&mut self) -> Value {
+        self.initialize_with(json!({})).await
+    }
+
+    pub async fn initialize_with(&mut self, capabilities: Value) -> Value {
+        let r = self
+            .post(&json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
+                "protocolVersion": self.version, "capabilities": capabilities,
+                "clientInfo": {"name":"gantry-tests","version":"1"}}}))
+            .await;
+        assert_eq!(r.status, 200, "initialize failed: {}", r.raw);
+        self.session = Some(
+            r.headers.get("mcp-session-id").expect("session id").to_str().unwrap().to_owned(),
+        );
+        let result = r.response(&json!(0)).expect("initialize response").clone();
+        let n = self.post(&json!({"jsonrpc":"2.0","method":"notifications/initialized"})).await;
+        assert_eq!(n.status, 202);
+        result
+    }
+
+    /// Sends a request and returns the whole reply.
+    pub async fn request(&self, id: Value, method: &str, params: Value) -> Reply {
+        self.post(&json!({"jsonrpc":"2.0","id":id,"method":method,"params":params})).await
+    }
+
+    /// Calls a tool and returns the response message.
+    pub async fn call_tool(&self, id: Value, name: &str, args: Value) -> Value {
+        let r = self.request(id.clone(), "tools/call", json!({"name":name,"arguments":args})).await;
+        r.response(&id).unwrap_or_else(|| panic!("no response to {id} in {}", r.raw)).clone()
+    }
+
+    /// Sends a notification.
+    pub async fn notify(&self, method: &str, params: Value) -> u16 {
+        self.post(&json!({"jsonrpc":"2.0","method":method,"params":params})).await.status
+    }
+}
