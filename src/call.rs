@@ -19,7 +19,11 @@ pub trait Downstream: Send + Sync {
     fn notify(&self, notification: Notification);
     /// Sends a server→client request (sampling, elicitation, roots) to the client and
     /// resolves with its answer, or with an error object if the client cannot be asked.
-    fn ask(&self, method: String, params: Option<Box<RawValue>>) -> BoxFuture<'static, ClientAnswer>;
+    fn ask(
+        &self,
+        method: String,
+        params: Option<Box<RawValue>>,
+    ) -> BoxFuture<'static, ClientAnswer>;
 }
 
 /// A shared handle on a [`Downstream`].

@@ -4,11 +4,11 @@
 #![forbid(unsafe_code)]
 
 pub mod call;
-pub mod router;
-pub mod session;
 pub mod config;
 pub mod front;
 pub mod jsonrpc;
+pub mod router;
+pub mod session;
 pub mod sse;
 pub mod telemetry;
 pub mod upstream;

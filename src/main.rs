@@ -60,18 +60,29 @@ fn demo_backend() -> anyhow::Result<config::BackendConfig> {
 fn build_config(cli: &Cli) -> anyhow::Result<Config> {
     let mut file = match &cli.config {
         Some(p) => {
-            let text = std::fs::read_to_string(p).with_context(|| format!("cannot read {}", p.display()))?;
-            toml::from_str::<ConfigFile>(&text).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?
+            let text = std::fs::read_to_string(p)
+                .with_context(|| format!("cannot read {}", p.display()))?;
+            toml::from_str::<ConfigFile>(&text)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?
         }
         None => ConfigFile::default(),
     };
     let many = cli.stdio.len() + cli.http.len() > 1;
     for (i, line) in cli.stdio.iter().enumerate() {
-        let name = if many { format!("stdio{}", i + 1) } else { "stdio".into() };
-        file.backends.push(config::stdio_backend(&name, line).map_err(anyhow::Error::msg)?);
+        let name = if many {
+            format!("stdio{}", i + 1)
+        } else {
+            "stdio".into()
+        };
+        file.backends
+            .push(config::stdio_backend(&name, line).map_err(anyhow::Error::msg)?);
     }
     for (i, url) in cli.http.iter().enumerate() {
-        let name = if many { format!("http{}", i + 1) } else { "http".into() };
+        let name = if many {
+            format!("http{}", i + 1)
+        } else {
+            "http".into()
+        };
         file.backends.push(config::http_backend(&name, url));
     }
     if file.backends.is_empty() {
@@ -80,7 +91,10 @@ fn build_config(cli: &Cli) -> anyhow::Result<Config> {
     if let Some(l) = &cli.listen {
         file.server.listen = l.clone();
     }
-    let origin = cli.config.as_deref().map_or_else(|| "command line".to_owned(), |p| p.display().to_string());
+    let origin = cli
+        .config
+        .as_deref()
+        .map_or_else(|| "command line".to_owned(), |p| p.display().to_string());
     Ok(file.validate(&origin, &|k| std::env::var(k).ok())?)
 }
 
@@ -92,7 +106,11 @@ fn check_config(path: &Path) -> std::process::ExitCode {
                 path.display(),
                 cfg.backends.len(),
                 if cfg.backends.len() == 1 { "" } else { "s" },
-                cfg.backends.iter().map(|b| b.name.as_str()).collect::<Vec<_>>().join(", ")
+                cfg.backends
+                    .iter()
+                    .map(|b| b.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             );
             std::process::ExitCode::SUCCESS
         }
@@ -105,7 +123,10 @@ fn check_config(path: &Path) -> std::process::ExitCode {
 
 async fn shutdown_signal(stop: CancellationToken) {
     use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
         tracing::error!("cannot install signal handlers");
         return;
     };
@@ -122,7 +143,10 @@ fn main() -> std::process::ExitCode {
         return check_config(file);
     }
     telemetry::init(cli.log_format);
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("cannot start the runtime: {e}");

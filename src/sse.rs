@@ -101,7 +101,10 @@ impl Parser {
         let (field, value) = match text.find(':') {
             Some(i) => {
                 let v = text.get(i + 1..).unwrap_or_default();
-                (text.get(..i).unwrap_or_default(), v.strip_prefix(' ').unwrap_or(v))
+                (
+                    text.get(..i).unwrap_or_default(),
+                    v.strip_prefix(' ').unwrap_or(v),
+                )
             }
             None => (text.as_ref(), ""),
         };
@@ -114,11 +117,7 @@ impl Parser {
                 self.has_data = true;
             }
             "event" => self.current.event = value.to_owned(),
-            "id" => {
-                if !value.contains('\0') {
-                    self.current.id = Some(value.to_owned());
-                }
-            }
+            "id" if !value.contains('\0') => self.current.id = Some(value.to_owned()),
             "retry" => {
                 if let Ok(ms) = value.parse() {
                     self.current.retry = Some(ms);
@@ -140,7 +139,10 @@ pub fn message_event(id: Option<&str>, data: &str) -> String {
         s.push('\n');
     }
     s.push_str("event: message\ndata: ");
-    s.extend(data.chars().map(|c| if c == '\n' || c == '\r' { ' ' } else { c }));
+    s.extend(
+        data.chars()
+            .map(|c| if c == '\n' || c == '\r' { ' ' } else { c }),
+    );
     s.push_str("\n\n");
     s
 }
@@ -153,9 +155,22 @@ mod tests {
     #[test]
     fn parses_split_events_and_priming() {
         let mut p = Parser::new(1024);
-        assert!(p.feed(b"id: 1\nretry: 500\ndata:\n\n: keepalive\n\nevent: message\nda").unwrap().len() == 1);
+        assert!(
+            p.feed(b"id: 1\nretry: 500\ndata:\n\n: keepalive\n\nevent: message\nda")
+                .unwrap()
+                .len()
+                == 1
+        );
         let evs = p.feed(b"ta: {\"a\":1}\r\ndata: x\r\n\r\n").unwrap();
-        assert_eq!(evs, vec![Event { event: "message".into(), data: "{\"a\":1}\nx".into(), id: None, retry: None }]);
+        assert_eq!(
+            evs,
+            vec![Event {
+                event: "message".into(),
+                data: "{\"a\":1}\nx".into(),
+                id: None,
+                retry: None
+            }]
+        );
     }
 
     #[test]
@@ -168,6 +183,9 @@ mod tests {
 
     #[test]
     fn formats_one_line() {
-        assert_eq!(message_event(Some("3_1"), "{\n\"a\":1}"), "id: 3_1\nevent: message\ndata: { \"a\":1}\n\n");
+        assert_eq!(
+            message_event(Some("3_1"), "{\n\"a\":1}"),
+            "id: 3_1\nevent: message\ndata: { \"a\":1}\n\n"
+        );
     }
 }

@@ -345,8 +345,7 @@ impl ConfigFile {
             let key = format!("backends[{i}]");
             let valid_name = !b.name.is_empty()
                 && b.name.len() <= 32
-                && b
-                    .name
+                && b.name
                     .bytes()
                     .all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-');
             if !valid_name {
@@ -400,7 +399,8 @@ impl ConfigFile {
                     }
                     for (k, v) in h.headers.iter_mut() {
                         if http::HeaderName::from_bytes(k.as_bytes()).is_err() {
-                            problems.push(format!("{key}.http.headers.{k}: not a valid header name"));
+                            problems
+                                .push(format!("{key}.http.headers.{k}: not a valid header name"));
                         }
                         match interpolate(v, env) {
                             Ok(r) => {
@@ -482,8 +482,9 @@ pub fn interpolate(s: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Stri
 
 /// A backend made from a command line, as `--stdio "cmd args"` gives it.
 pub fn stdio_backend(name: &str, command_line: &str) -> Result<BackendConfig, String> {
-    let words = shlex::split(command_line)
-        .ok_or_else(|| format!("cannot split the command line `{command_line}` (unbalanced quotes?)"))?;
+    let words = shlex::split(command_line).ok_or_else(|| {
+        format!("cannot split the command line `{command_line}` (unbalanced quotes?)")
+    })?;
     let mut it = words.into_iter();
     let command = it
         .next()
@@ -534,7 +535,10 @@ mod tests {
 
     #[test]
     fn interpolation() {
-        assert_eq!(interpolate("Bearer ${TOKEN}", &env).unwrap(), "Bearer s3cret");
+        assert_eq!(
+            interpolate("Bearer ${TOKEN}", &env).unwrap(),
+            "Bearer s3cret"
+        );
         assert_eq!(interpolate("a$$b$c", &env).unwrap(), "a$b$c");
         assert_eq!(interpolate("${NOPE}", &env).unwrap_err(), "NOPE");
     }
@@ -579,8 +583,9 @@ mod tests {
         "#;
         let file: ConfigFile = toml::from_str(text).unwrap();
         let cfg = file.validate("t.toml", &env).unwrap();
-        let h = cfg.backends[0].http.as_ref().unwrap();
-        assert_eq!(h.headers["Authorization"], "Bearer s3cret");
-        assert_eq!(cfg.backends[0].request_timeout, Duration::from_secs(2));
+        let b = cfg.backends.first().unwrap();
+        let h = b.http.as_ref().unwrap();
+        assert_eq!(h.headers.get("Authorization").unwrap(), "Bearer s3cret");
+        assert_eq!(b.request_timeout, Duration::from_secs(2));
     }
 }

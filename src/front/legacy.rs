@@ -3,7 +3,7 @@
 //! `/messages?sessionId=…`); each client message is a `POST` there, answered `202`,
 //! its response delivered on the stream. The session ends when the stream closes.
 
-use super::{absorb, establish, http_error, parse_body, read_body, run_call, sse_response, App, ANONYMOUS};
+use super::{absorb, establish, read_body, run_call, sse_response, App, FrontError, ANONYMOUS};
 use crate::jsonrpc::{code, Incoming, Message, Response};
 use crate::router::ClientInit;
 use crate::session::{sse_body, Session};
@@ -15,15 +15,20 @@ use std::sync::Arc;
 
 pub(super) async fn open(State(app): State<Arc<App>>) -> HttpResponse {
     if app.stopping.is_cancelled() {
-        return http_error(StatusCode::SERVICE_UNAVAILABLE, code::BACKEND_ERROR, "Gantry is shutting down");
+        return FrontError::Unavailable("Gantry is shutting down").into_response();
     }
     let session = match app.sessions.create(ANONYMOUS, true) {
         Ok(s) => s,
-        Err(_) => return http_error(StatusCode::SERVICE_UNAVAILABLE, code::BACKEND_ERROR, "Too many sessions; try again later"),
+        Err(_) => {
+            return FrontError::Unavailable("Too many sessions; try again later").into_response()
+        }
     };
     tracing::info!(session = %session.id, "legacy HTTP+SSE session opened");
     let mut opts = app.body_options(&session, false, false);
-    opts.preamble = Some(format!("event: endpoint\ndata: /messages?sessionId={}\n\n", session.id));
+    opts.preamble = Some(format!(
+        "event: endpoint\ndata: /messages?sessionId={}\n\n",
+        session.id
+    ));
     let (app2, id) = (app.clone(), session.id.clone());
     opts.on_drop = Some(Box::new(move || {
         // The stream is the session: when the client goes, so does the session.
@@ -42,20 +47,21 @@ pub(super) async fn message(
     req: HttpRequest,
 ) -> HttpResponse {
     let Some(id) = q.get("sessionId") else {
-        return http_error(StatusCode::BAD_REQUEST, code::BACKEND_ERROR, "Bad Request: sessionId query parameter is required");
+        return FrontError::BadRequest("sessionId query parameter is required".into())
+            .into_response();
     };
     let session = match app.sessions.get(id, ANONYMOUS) {
         Ok(s) if s.legacy => s,
-        _ => return http_error(StatusCode::NOT_FOUND, code::SESSION_ERROR, "Session not found"),
+        _ => return FrontError::SessionNotFound.into_response(),
     };
     let body = match read_body(&app, req).await {
         Ok(b) => b,
-        Err(r) => return r,
+        Err(e) => return e.into_response(),
     };
-    let messages = match parse_body(&body) {
+    let messages = match Incoming::parse(&body) {
         Ok(Incoming::Single(m)) => vec![m],
         Ok(Incoming::Batch(ms)) => ms,
-        Err(r) => return r,
+        Err(e) => return FrontError::from(e).into_response(),
     };
     for m in messages {
         handle(app.clone(), session.clone(), m);
@@ -73,7 +79,10 @@ fn handle(app: Arc<App>, session: Arc<Session>, m: Message) {
             if session.route().is_some() {
                 Some(Response::err(
                     Some(req.id),
-                    &crate::jsonrpc::RpcError::new(code::INVALID_REQUEST, "the session is already initialized"),
+                    &crate::jsonrpc::RpcError::new(
+                        code::INVALID_REQUEST,
+                        "the session is already initialized",
+                    ),
                 ))
             } else {
                 match ClientInit::parse(req.params.as_deref()) {

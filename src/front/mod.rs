@@ -6,15 +6,17 @@
 //! -32700) → session (400 / 404) → `MCP-Protocol-Version` (400) → dispatch. Every
 //! HTTP-level error carries a JSON-RPC error body with `"id": null`.
 
+mod error;
 mod legacy;
 mod origin;
 
+pub use error::FrontError;
 pub use origin::OriginPolicy;
 
 use crate::call::{CallCtx, Sink};
 use crate::config::Config;
 use crate::jsonrpc::{
-    code, Incoming, Message, Notification, ParseError, Request, RequestId, Response, RpcError,
+    code, Incoming, Message, Notification, Request, RequestId, Response, RpcError,
 };
 use crate::router::{ClientInit, Router, SESSION_VERSIONS};
 use crate::session::{sse_body, BodyOptions, EventStream, Session, SessionError, SessionStore};
@@ -59,7 +61,11 @@ impl App {
     pub fn new(cfg: Config) -> Arc<Self> {
         let loopback = cfg.listen.ip().is_loopback();
         Arc::new(Self {
-            origin: OriginPolicy::new(&cfg.server.allowed_hosts, &cfg.server.allowed_origins, loopback),
+            origin: OriginPolicy::new(
+                &cfg.server.allowed_hosts,
+                &cfg.server.allowed_origins,
+                loopback,
+            ),
             router: Router::new(&cfg),
             sessions: SessionStore::new(
                 cfg.server.max_sessions,
@@ -107,8 +113,11 @@ pub fn routes(app: Arc<App>) -> axum::Router {
             .route("/sse", get(legacy::open))
             .route("/messages", axum::routing::post(legacy::message));
     }
-    r.layer(axum::middleware::from_fn_with_state(app.clone(), check_origin))
-        .with_state(app)
+    r.layer(axum::middleware::from_fn_with_state(
+        app.clone(),
+        check_origin,
+    ))
+    .with_state(app)
 }
 
 async fn ready(State(app): State<Arc<App>>) -> HttpResponse {
@@ -119,21 +128,28 @@ async fn ready(State(app): State<Arc<App>>) -> HttpResponse {
     }
 }
 
-/// An HTTP-level error with a JSON-RPC error body (`"id": null`).
-pub(crate) fn http_error(status: StatusCode, code: i64, message: impl Into<String>) -> HttpResponse {
-    let body = RpcError::new(code, message).to_null_id_response();
-    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
-}
-
 fn json_response(body: String) -> HttpResponse {
-    (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        body,
+    )
+        .into_response()
 }
 
-fn sse_response(body: impl futures::Stream<Item = Result<bytes::Bytes, std::convert::Infallible>> + Send + 'static) -> HttpResponse {
+fn sse_response(
+    body: impl futures::Stream<Item = Result<bytes::Bytes, std::convert::Infallible>> + Send + 'static,
+) -> HttpResponse {
     let mut resp = HttpResponse::new(Body::from_stream(body));
     let h = resp.headers_mut();
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache, no-transform"));
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("no-cache, no-transform"),
+    );
     h.insert("x-accel-buffering", HeaderValue::from_static("no"));
     resp
 }
@@ -145,10 +161,13 @@ async fn check_origin(State(app): State<Arc<App>>, req: HttpRequest, next: Next)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned)
         .or_else(|| req.uri().authority().map(|a| a.to_string()));
-    let origin = req.headers().get(header::ORIGIN).and_then(|v| v.to_str().ok());
+    let origin = req
+        .headers()
+        .get(header::ORIGIN)
+        .and_then(|v| v.to_str().ok());
     if let Err(why) = app.origin.check(host.as_deref(), origin) {
         tracing::info!(%why, "request refused (DNS-rebinding protection)");
-        return http_error(StatusCode::FORBIDDEN, code::BACKEND_ERROR, format!("Forbidden: {why}"));
+        return FrontError::Forbidden(why).into_response();
     }
     next.run(req).await
 }
@@ -172,10 +191,18 @@ impl Accepts {
             .collect();
         if values.is_empty() {
             // Lenient: a client that states nothing accepts what it gets.
-            return Self { json: true, sse: true };
+            return Self {
+                json: true,
+                sse: true,
+            };
         }
         for part in values.iter().flat_map(|v| v.split(',')) {
-            let mime = part.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
+            let mime = part
+                .split(';')
+                .next()
+                .unwrap_or_default()
+                .trim()
+                .to_ascii_lowercase();
             match mime.as_str() {
                 "application/json" | "application/*" => json = true,
                 "text/event-stream" | "text/*" => sse = true,
@@ -183,7 +210,10 @@ impl Accepts {
                 _ => {}
             }
         }
-        Self { json: json || any, sse: sse || any }
+        Self {
+            json: json || any,
+            sse: sse || any,
+        }
     }
 }
 
@@ -191,38 +221,27 @@ fn session_header(headers: &HeaderMap) -> Option<&str> {
     headers.get("mcp-session-id").and_then(|v| v.to_str().ok())
 }
 
-fn not_found() -> HttpResponse {
-    http_error(StatusCode::NOT_FOUND, code::SESSION_ERROR, "Session not found")
-}
-
-fn lookup(app: &App, headers: &HeaderMap) -> Result<Arc<Session>, HttpResponse> {
+fn lookup(app: &App, headers: &HeaderMap) -> Result<Arc<Session>, FrontError> {
     let Some(id) = session_header(headers) else {
-        return Err(http_error(
-            StatusCode::BAD_REQUEST,
-            code::BACKEND_ERROR,
-            "Bad Request: Mcp-Session-Id header is required",
+        return Err(FrontError::BadRequest(
+            "Mcp-Session-Id header is required".into(),
         ));
     };
     match app.sessions.get(id, ANONYMOUS) {
         Ok(s) if !s.legacy => Ok(s),
-        _ => Err(not_found()),
+        _ => Err(FrontError::SessionNotFound),
     }
 }
 
-fn check_version_header(headers: &HeaderMap) -> Result<(), HttpResponse> {
-    let Some(v) = headers.get("mcp-protocol-version") else { return Ok(()) };
+fn check_version_header(headers: &HeaderMap) -> Result<(), FrontError> {
+    let Some(v) = headers.get("mcp-protocol-version") else {
+        return Ok(());
+    };
     let v = v.to_str().unwrap_or_default();
     if SESSION_VERSIONS.contains(&v) {
         Ok(())
     } else {
-        Err(http_error(
-            StatusCode::BAD_REQUEST,
-            code::BACKEND_ERROR,
-            format!(
-                "Bad Request: unsupported MCP-Protocol-Version `{v}` (supported: {})",
-                SESSION_VERSIONS.join(", ")
-            ),
-        ))
+        Err(FrontError::UnsupportedVersion(v.chars().take(40).collect()))
     }
 }
 
@@ -232,94 +251,79 @@ async fn mcp(State(app): State<Arc<App>>, req: HttpRequest) -> HttpResponse {
         Method::POST => post(app, req).await,
         Method::GET => get_stream(app, req.headers()),
         Method::DELETE => delete(app, req.headers()).await,
-        _ => {
-            let mut r = http_error(StatusCode::METHOD_NOT_ALLOWED, code::BACKEND_ERROR, "Method not allowed");
-            r.headers_mut().insert(header::ALLOW, HeaderValue::from_static("GET, POST, DELETE"));
-            r
-        }
+        _ => FrontError::MethodNotAllowed.into_response(),
     }
 }
 
 /// Reads a request body within the configured limit.
-pub(crate) async fn read_body(app: &App, req: HttpRequest) -> Result<bytes::Bytes, HttpResponse> {
+pub(crate) async fn read_body(app: &App, req: HttpRequest) -> Result<bytes::Bytes, FrontError> {
     let limit = app.cfg.server.max_body_bytes;
-    let too_large = || {
-        http_error(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            code::INVALID_REQUEST,
-            format!("Request body larger than {limit} bytes"),
-        )
-    };
     let declared = req
         .headers()
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok());
     if declared.is_some_and(|n| n > limit) {
-        return Err(too_large());
+        return Err(FrontError::TooLarge(limit));
     }
-    axum::body::to_bytes(req.into_body(), limit).await.map_err(|_| too_large())
-}
-
-/// Parses a body into messages, or the precise 400.
-pub(crate) fn parse_body(bytes: &[u8]) -> Result<Incoming, HttpResponse> {
-    Incoming::parse(bytes).map_err(|e| match e {
-        ParseError::Json(m) => http_error(StatusCode::BAD_REQUEST, code::PARSE_ERROR, format!("Parse error: {m}")),
-        ParseError::Invalid(m) => http_error(StatusCode::BAD_REQUEST, code::INVALID_REQUEST, format!("Invalid Request: {m}")),
-    })
+    axum::body::to_bytes(req.into_body(), limit)
+        .await
+        .map_err(|_| FrontError::TooLarge(limit))
 }
 
 async fn post(app: Arc<App>, req: HttpRequest) -> HttpResponse {
     let headers = req.headers().clone();
     let accepts = Accepts::from(&headers);
     if !accepts.json && !accepts.sse {
-        return http_error(
-            StatusCode::NOT_ACCEPTABLE,
-            code::BACKEND_ERROR,
-            "Not Acceptable: Client must accept application/json or text/event-stream",
-        );
+        return FrontError::NotAcceptable(
+            "Client must accept application/json or text/event-stream",
+        )
+        .into_response();
     }
-    let ctype = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    let ctype = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
     if !ctype.to_ascii_lowercase().starts_with("application/json") {
-        return http_error(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            code::BACKEND_ERROR,
-            "Unsupported Media Type: Content-Type must be application/json",
-        );
+        return FrontError::UnsupportedMediaType.into_response();
     }
     let body = match read_body(&app, req).await {
         Ok(b) => b,
-        Err(r) => return r,
+        Err(e) => return e.into_response(),
     };
-    let incoming = match parse_body(&body) {
+    let incoming = match Incoming::parse(&body) {
         Ok(i) => i,
-        Err(r) => return r,
+        Err(e) => return FrontError::from(e).into_response(),
     };
     if let Incoming::Single(Message::Request(r)) = &incoming {
-        if r.method == "initialize" {
-            if let Err(resp) = check_version_header(&headers) {
-                return resp;
+        // `initialize` on a live session is dispatched like any request (and refused
+        // there as "already initialized"); only without one does it open a session.
+        let established = session_header(&headers).is_some() && lookup(&app, &headers).is_ok();
+        if r.method == "initialize" && !established {
+            if let Err(e) = check_version_header(&headers) {
+                return e.into_response();
             }
-            let Incoming::Single(Message::Request(r)) = incoming else { return not_found() };
+            let Incoming::Single(Message::Request(r)) = incoming else {
+                return FrontError::SessionNotFound.into_response();
+            };
             return initialize(app, r, accepts).await;
         }
     }
     let session = match lookup(&app, &headers) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(e) => return e.into_response(),
     };
-    if let Err(r) = check_version_header(&headers) {
-        return r;
+    if let Err(e) = check_version_header(&headers) {
+        return e.into_response();
     }
     match incoming {
         Incoming::Single(m) => single(app, session, m, accepts).await,
         Incoming::Batch(ms) => {
             if session.version() != Some("2025-03-26") {
-                return http_error(
-                    StatusCode::BAD_REQUEST,
-                    code::INVALID_REQUEST,
-                    "Invalid Request: JSON-RPC batches are only accepted in protocol 2025-03-26",
-                );
+                return FrontError::Invalid(
+                    "JSON-RPC batches are only accepted in protocol 2025-03-26".into(),
+                )
+                .into_response();
             }
             batch(app, session, ms, accepts).await
         }
@@ -331,16 +335,21 @@ async fn initialize(app: Arc<App>, req: Request, accepts: Accepts) -> HttpRespon
         Ok(i) => i,
         Err(e) => {
             let body = Response::err(Some(req.id), &e).to_json();
-            return (StatusCode::BAD_REQUEST, [(header::CONTENT_TYPE, "application/json")], body).into_response();
+            return (
+                StatusCode::BAD_REQUEST,
+                [(header::CONTENT_TYPE, "application/json")],
+                body,
+            )
+                .into_response();
         }
     };
     if app.stopping.is_cancelled() {
-        return http_error(StatusCode::SERVICE_UNAVAILABLE, code::BACKEND_ERROR, "Gantry is shutting down");
+        return FrontError::Unavailable("Gantry is shutting down").into_response();
     }
     let session = match app.sessions.create(ANONYMOUS, false) {
         Ok(s) => s,
         Err(SessionError::Full | SessionError::NotFound) => {
-            return http_error(StatusCode::SERVICE_UNAVAILABLE, code::BACKEND_ERROR, "Too many sessions; try again later");
+            return FrontError::Unavailable("Too many sessions; try again later").into_response();
         }
     };
     let answer = establish(&app, &session, &init, req.id).await;
@@ -349,7 +358,9 @@ async fn initialize(app: Arc<App>, req: Request, accepts: Accepts) -> HttpRespon
     let mut resp = if accepts.json {
         json_response(body)
     } else {
-        sse_response(futures::stream::iter([Ok(bytes::Bytes::from(crate::sse::message_event(None, &body)))]))
+        sse_response(futures::stream::iter([Ok(bytes::Bytes::from(
+            crate::sse::message_event(None, &body),
+        ))]))
     };
     if failed {
         app.sessions.end(&session.id).await;
@@ -361,11 +372,20 @@ async fn initialize(app: Arc<App>, req: Request, accepts: Accepts) -> HttpRespon
 }
 
 /// Connects a session to its backends and builds the answer to `initialize`.
-pub(crate) async fn establish(app: &App, session: &Arc<Session>, init: &ClientInit, id: RequestId) -> Response {
+pub(crate) async fn establish(
+    app: &App,
+    session: &Arc<Session>,
+    init: &ClientInit,
+    id: RequestId,
+) -> Response {
     let owner: Sink = session.standalone_sink();
     match app.router.open_session(init, owner, &session.cancel).await {
         Ok((route, result)) => {
-            session.establish(init.negotiated().to_owned(), init.capabilities.clone(), route);
+            session.establish(
+                init.negotiated().to_owned(),
+                init.capabilities.clone(),
+                route,
+            );
             Response::ok(id, crate::jsonrpc::to_raw(&result))
         }
         Err(e) => Response::err(Some(id), &RpcError::new(code::BACKEND_ERROR, e.to_string())),
@@ -393,7 +413,9 @@ fn notification(app: &App, session: &Session, n: Notification) {
             let id = n
                 .params
                 .as_deref()
-                .and_then(|p| serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(p.get()).ok())
+                .and_then(|p| {
+                    serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(p.get()).ok()
+                })
                 .and_then(|p| p.get("requestId").cloned())
                 .and_then(|v| RequestId::from_raw(crate::jsonrpc::to_raw(&v)).ok());
             if let Some(id) = id {
@@ -410,9 +432,26 @@ fn notification(app: &App, session: &Session, n: Notification) {
 }
 
 /// Runs one client request to its response (or `None` if it was cancelled).
-pub(crate) async fn run_call(app: &App, session: &Arc<Session>, req: Request, sink: Sink) -> Option<Response> {
-    let _call = app.call_guard();
+pub(crate) async fn run_call(
+    app: &App,
+    session: &Arc<Session>,
+    req: Request,
+    sink: Sink,
+) -> Option<Response> {
     let guard = session.track(&req.id);
+    run_tracked(app, session, req, sink, guard).await
+}
+
+/// Like [`run_call`], for a request already registered for cancellation (so a
+/// `notifications/cancelled` racing the spawn of its task still reaches it).
+pub(crate) async fn run_tracked(
+    app: &App,
+    session: &Arc<Session>,
+    req: Request,
+    sink: Sink,
+    guard: crate::session::InflightGuard,
+) -> Option<Response> {
+    let _call = app.call_guard();
     let ctx = CallCtx {
         sink,
         cancel: guard.token(),
@@ -426,7 +465,12 @@ pub(crate) async fn run_call(app: &App, session: &Arc<Session>, req: Request, si
     app.router.dispatch(route, req, ctx).await
 }
 
-async fn single(app: Arc<App>, session: Arc<Session>, m: Message, accepts: Accepts) -> HttpResponse {
+async fn single(
+    app: Arc<App>,
+    session: Arc<Session>,
+    m: Message,
+    accepts: Accepts,
+) -> HttpResponse {
     let req = match m {
         Message::Request(r) => r,
         other => {
@@ -451,25 +495,28 @@ async fn single(app: Arc<App>, session: Arc<Session>, m: Message, accepts: Accep
 /// Runs a call in its own task, writing its response into `stream`, then closing it.
 /// The call outlives the HTTP connection: a disconnect is not a cancellation.
 fn spawn_call(app: Arc<App>, session: Arc<Session>, req: Request, stream: Arc<EventStream>) {
+    let guard = session.track(&req.id);
     tokio::spawn(async move {
         let sink = session.sink_for(stream.clone());
-        if let Some(resp) = run_call(&app, &session, req, sink).await {
+        if let Some(resp) = run_tracked(&app, &session, req, sink, guard).await {
             stream.push(resp.to_json());
         }
         stream.close();
     });
 }
 
-async fn batch(app: Arc<App>, session: Arc<Session>, ms: Vec<Message>, accepts: Accepts) -> HttpResponse {
+async fn batch(
+    app: Arc<App>,
+    session: Arc<Session>,
+    ms: Vec<Message>,
+    accepts: Accepts,
+) -> HttpResponse {
     let mut requests = Vec::new();
     for m in ms {
         match m {
             Message::Request(r) if r.method == "initialize" => {
-                return http_error(
-                    StatusCode::BAD_REQUEST,
-                    code::INVALID_REQUEST,
-                    "Invalid Request: initialize must not be part of a batch",
-                );
+                return FrontError::Invalid("initialize must not be part of a batch".into())
+                    .into_response();
             }
             Message::Request(r) => requests.push(r),
             other => absorb(&app, &session, other),
@@ -480,7 +527,12 @@ async fn batch(app: Arc<App>, session: Arc<Session>, ms: Vec<Message>, accepts: 
     }
     if !accepts.sse {
         let sink = session.standalone_sink();
-        let answers = futures::future::join_all(requests.into_iter().map(|r| run_call(&app, &session, r, sink.clone()))).await;
+        let answers = futures::future::join_all(
+            requests
+                .into_iter()
+                .map(|r| run_call(&app, &session, r, sink.clone())),
+        )
+        .await;
         let parts: Vec<String> = answers.into_iter().flatten().map(|r| r.to_json()).collect();
         return json_response(format!("[{}]", parts.join(",")));
     }
@@ -507,18 +559,14 @@ async fn batch(app: Arc<App>, session: Arc<Session>, ms: Vec<Message>, accepts: 
 
 fn get_stream(app: Arc<App>, headers: &HeaderMap) -> HttpResponse {
     if !Accepts::from(headers).sse {
-        return http_error(
-            StatusCode::NOT_ACCEPTABLE,
-            code::BACKEND_ERROR,
-            "Not Acceptable: Client must accept text/event-stream",
-        );
+        return FrontError::NotAcceptable("Client must accept text/event-stream").into_response();
     }
     let session = match lookup(&app, headers) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(e) => return e.into_response(),
     };
-    if let Err(r) = check_version_header(headers) {
-        return r;
+    if let Err(e) = check_version_header(headers) {
+        return e.into_response();
     }
     if let Some(last) = headers.get("last-event-id") {
         let parsed = last
@@ -527,10 +575,10 @@ fn get_stream(app: Arc<App>, headers: &HeaderMap) -> HttpResponse {
             .and_then(|s| s.split_once('_'))
             .and_then(|(a, b)| Some((a.parse::<u64>().ok()?, b.parse::<u64>().ok()?)));
         let Some((stream_id, seq)) = parsed else {
-            return http_error(StatusCode::BAD_REQUEST, code::BACKEND_ERROR, "Bad Request: invalid Last-Event-ID");
+            return FrontError::BadRequest("invalid Last-Event-ID".into()).into_response();
         };
         let Some(stream) = session.stream(stream_id) else {
-            return http_error(StatusCode::NOT_FOUND, code::BACKEND_ERROR, "Last-Event-ID names a stream that no longer exists");
+            return FrontError::StreamGone.into_response();
         };
         let opts = app.body_options(&session, true, false);
         return sse_response(sse_body(stream, seq, opts));
@@ -543,7 +591,7 @@ fn get_stream(app: Arc<App>, headers: &HeaderMap) -> HttpResponse {
 async fn delete(app: Arc<App>, headers: &HeaderMap) -> HttpResponse {
     let session = match lookup(&app, headers) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(e) => return e.into_response(),
     };
     app.sessions.end(&session.id).await;
     tracing::info!(session = %session.id, "session ended by the client");
@@ -552,11 +600,16 @@ async fn delete(app: Arc<App>, headers: &HeaderMap) -> HttpResponse {
 
 /// Serves until `stop` is cancelled, then drains: in-flight calls get up to
 /// `shutdown_grace` to finish, streams end, sessions and backends are shut down.
-pub async fn serve(app: Arc<App>, listener: tokio::net::TcpListener, stop: CancellationToken) -> std::io::Result<()> {
+pub async fn serve(
+    app: Arc<App>,
+    listener: tokio::net::TcpListener,
+    stop: CancellationToken,
+) -> std::io::Result<()> {
     let reaper = {
         let app = app.clone();
         tokio::spawn(async move {
-            let every = (app.cfg.server.session_idle_timeout / 4).clamp(Duration::from_millis(250), Duration::from_secs(30));
+            let every = (app.cfg.server.session_idle_timeout / 4)
+                .clamp(Duration::from_millis(250), Duration::from_secs(30));
             loop {
                 tokio::time::sleep(every).await;
                 app.sessions.reap().await;
@@ -575,7 +628,10 @@ pub async fn serve(app: Arc<App>, listener: tokio::net::TcpListener, stop: Cance
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             if app.calls_in_flight() > 0 {
-                tracing::warn!(calls = app.calls_in_flight(), "shutdown grace expired; ending calls still in flight");
+                tracing::warn!(
+                    calls = app.calls_in_flight(),
+                    "shutdown grace expired; ending calls still in flight"
+                );
             }
             app.sessions.end_all().await;
             drained.cancel();

@@ -36,7 +36,10 @@ impl OriginPolicy {
     /// A policy from the configured lists; `loopback` says where Gantry listens.
     pub fn new(allowed_hosts: &[String], allowed_origins: &[String], loopback: bool) -> Self {
         Self {
-            hosts: allowed_hosts.iter().map(|h| h.to_ascii_lowercase()).collect(),
+            hosts: allowed_hosts
+                .iter()
+                .map(|h| h.to_ascii_lowercase())
+                .collect(),
             origins: allowed_origins
                 .iter()
                 .map(|o| o.trim_end_matches('/').to_ascii_lowercase())
@@ -61,7 +64,10 @@ impl OriginPolicy {
             }
         };
         if !host_ok {
-            return Err(format!("Host header `{}` is not allowed", host.unwrap_or("")));
+            return Err(format!(
+                "Host header `{}` is not allowed",
+                host.unwrap_or("")
+            ));
         }
         let Some(origin) = origin else { return Ok(()) };
         let o = origin.trim_end_matches('/').to_ascii_lowercase();
@@ -91,10 +97,16 @@ mod tests {
     fn loopback_defaults_refuse_rebinding() {
         let p = OriginPolicy::new(&[], &[], true);
         assert!(p.check(Some("localhost:8080"), None).is_ok());
-        assert!(p.check(Some("127.0.0.1:8080"), Some("http://localhost:3000")).is_ok());
+        assert!(p
+            .check(Some("127.0.0.1:8080"), Some("http://localhost:3000"))
+            .is_ok());
         assert!(p.check(Some("[::1]:8080"), None).is_ok());
-        assert!(p.check(Some("evil.example.com"), Some("http://evil.example.com")).is_err());
-        assert!(p.check(Some("localhost:8080"), Some("http://evil.example.com")).is_err());
+        assert!(p
+            .check(Some("evil.example.com"), Some("http://evil.example.com"))
+            .is_err());
+        assert!(p
+            .check(Some("localhost:8080"), Some("http://evil.example.com"))
+            .is_err());
         assert!(p.check(Some("localhost"), Some("null")).is_err());
     }
 
@@ -102,9 +114,15 @@ mod tests {
     fn public_binding_allows_hosts_and_same_origin() {
         let p = OriginPolicy::new(&[], &["https://app.example.com".into()], false);
         assert!(p.check(Some("mcp.example.com"), None).is_ok());
-        assert!(p.check(Some("mcp.example.com"), Some("https://mcp.example.com")).is_ok());
-        assert!(p.check(Some("mcp.example.com"), Some("https://app.example.com/")).is_ok());
-        assert!(p.check(Some("mcp.example.com"), Some("https://evil.example.com")).is_err());
+        assert!(p
+            .check(Some("mcp.example.com"), Some("https://mcp.example.com"))
+            .is_ok());
+        assert!(p
+            .check(Some("mcp.example.com"), Some("https://app.example.com/"))
+            .is_ok());
+        assert!(p
+            .check(Some("mcp.example.com"), Some("https://evil.example.com"))
+            .is_err());
         let strict = OriginPolicy::new(&["mcp.example.com".into()], &[], false);
         assert!(strict.check(Some("mcp.example.com:443"), None).is_ok());
         assert!(strict.check(Some("other.example.com"), None).is_err());

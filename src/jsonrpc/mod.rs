@@ -59,10 +59,14 @@ impl RequestId {
                 if s.bytes().all(|b| b == b'-' || b.is_ascii_digit()) {
                     Ok(Self(raw))
                 } else {
-                    Err(ParseError::Invalid("request id must be a string or an integer"))
+                    Err(ParseError::Invalid(
+                        "request id must be a string or an integer",
+                    ))
                 }
             }
-            _ => Err(ParseError::Invalid("request id must be a string or an integer")),
+            _ => Err(ParseError::Invalid(
+                "request id must be a string or an integer",
+            )),
         }
     }
 
@@ -190,7 +194,9 @@ impl Message {
         if let Some(p) = &env.params {
             let c = p.get().as_bytes().first().copied();
             if !matches!(c, Some(b'{' | b'[')) {
-                return Err(ParseError::Invalid("\"params\" must be an object or an array"));
+                return Err(ParseError::Invalid(
+                    "\"params\" must be an object or an array",
+                ));
             }
         }
         match (env.method, env.result, env.error) {
@@ -237,10 +243,7 @@ impl Message {
 impl Incoming {
     /// Parses a body that may be a single message or a batch.
     pub fn parse(bytes: &[u8]) -> Result<Self, ParseError> {
-        let first = bytes
-            .iter()
-            .copied()
-            .find(|b| !b.is_ascii_whitespace());
+        let first = bytes.iter().copied().find(|b| !b.is_ascii_whitespace());
         if first == Some(b'[') {
             let items: Vec<Box<RawValue>> =
                 serde_json::from_slice(bytes).map_err(|e| classify(&e))?;
@@ -453,19 +456,30 @@ mod tests {
             Message::parse(b"{not json"),
             Err(ParseError::Json(_))
         ));
-        assert!(matches!(Incoming::parse(b"[]"), Err(ParseError::Invalid(_))));
+        assert!(matches!(
+            Incoming::parse(b"[]"),
+            Err(ParseError::Invalid(_))
+        ));
     }
 
     #[test]
     fn classifies_and_round_trips() {
-        let n = Message::parse(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#).unwrap();
+        let n =
+            Message::parse(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#).unwrap();
         assert!(matches!(n, Message::Notification(_)));
         let r = Message::parse(br#"{"jsonrpc":"2.0","id":7,"result":{"a":[1, 2]}}"#).unwrap();
-        assert_eq!(r.to_json(), r#"{"jsonrpc":"2.0","id":7,"result":{"a":[1, 2]}}"#);
-        let e = Message::parse(br#"{"jsonrpc":"2.0","id":null,"error":{"code":1,"message":"m"}}"#).unwrap();
+        assert_eq!(
+            r.to_json(),
+            r#"{"jsonrpc":"2.0","id":7,"result":{"a":[1, 2]}}"#
+        );
+        let e = Message::parse(br#"{"jsonrpc":"2.0","id":null,"error":{"code":1,"message":"m"}}"#)
+            .unwrap();
         let Message::Response(e) = e else { panic!() };
         assert!(e.id.is_none() && e.outcome.is_err());
-        let batch = Incoming::parse(br#" [{"jsonrpc":"2.0","method":"a"},{"jsonrpc":"2.0","id":2,"method":"b"}]"#).unwrap();
+        let batch = Incoming::parse(
+            br#" [{"jsonrpc":"2.0","method":"a"},{"jsonrpc":"2.0","id":2,"method":"b"}]"#,
+        )
+        .unwrap();
         assert!(matches!(batch, Incoming::Batch(v) if v.len() == 2));
     }
 

@@ -63,7 +63,13 @@ pub fn expose(backend: &str, sep: &str, name: &str) -> String {
     let full = format!("{backend}{sep}{name}");
     let clean: String = full
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect();
     if clean == full && full.len() <= MAX_NAME {
         return full;
@@ -100,23 +106,36 @@ impl Router {
             "tools/list" => self.list(route, Kind::Tool, method, params, ctx).await,
             "prompts/list" => self.list(route, Kind::Prompt, method, params, ctx).await,
             "resources/list" => self.list(route, Kind::Resource, method, params, ctx).await,
-            "resources/templates/list" => self.list(route, Kind::Template, method, params, ctx).await,
+            "resources/templates/list" => {
+                self.list(route, Kind::Template, method, params, ctx).await
+            }
             "tools/call" | "prompts/get" => {
-                let kind = if method == "tools/call" { Kind::Tool } else { Kind::Prompt };
+                let kind = if method == "tools/call" {
+                    Kind::Tool
+                } else {
+                    Kind::Prompt
+                };
                 let mut p = parse_params(params.as_deref());
                 let name: String = p
                     .get("name")
                     .and_then(|v| serde_json::from_str(v.get()).ok())
-                    .ok_or_else(|| invalid(format!("{method}: params.name (a string) is required")))?;
-                let (idx, original) = self
-                    .resolve_name(route, kind, &name)
-                    .ok_or_else(|| invalid(format!("unknown {}: {name}", if kind == Kind::Tool { "tool" } else { "prompt" })))?;
+                    .ok_or_else(|| {
+                        invalid(format!("{method}: params.name (a string) is required"))
+                    })?;
+                let (idx, original) = self.resolve_name(route, kind, &name).ok_or_else(|| {
+                    invalid(format!(
+                        "unknown {}: {name}",
+                        if kind == Kind::Tool { "tool" } else { "prompt" }
+                    ))
+                })?;
                 p.insert("name".into(), to_raw(&original));
                 forward(route, idx, method, Some(to_raw(&p)), ctx).await
             }
             "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
-                let uri = crate::jsonrpc::string_field(params.as_deref(), "uri")
-                    .ok_or_else(|| invalid(format!("{method}: params.uri (a string) is required")))?;
+                let uri =
+                    crate::jsonrpc::string_field(params.as_deref(), "uri").ok_or_else(|| {
+                        invalid(format!("{method}: params.uri (a string) is required"))
+                    })?;
                 let idx = self.resolve_uri(route, &uri).ok_or_else(|| {
                     Fail::Own(
                         RpcError::new(code::RESOURCE_NOT_FOUND, "Resource not found")
@@ -130,10 +149,18 @@ impl Router {
                     .as_deref()
                     .and_then(|r| serde_json::from_str(r.get()).ok())
                     .unwrap_or(Value::Null);
-                let kind = p.pointer("/ref/type").and_then(Value::as_str).unwrap_or_default().to_owned();
+                let kind = p
+                    .pointer("/ref/type")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned();
                 let idx = match kind.as_str() {
                     "ref/prompt" => {
-                        let name = p.pointer("/ref/name").and_then(Value::as_str).unwrap_or_default().to_owned();
+                        let name = p
+                            .pointer("/ref/name")
+                            .and_then(Value::as_str)
+                            .unwrap_or_default()
+                            .to_owned();
                         let (idx, original) = self
                             .resolve_name(route, Kind::Prompt, &name)
                             .ok_or_else(|| invalid(format!("unknown prompt: {name}")))?;
@@ -143,11 +170,17 @@ impl Router {
                         idx
                     }
                     "ref/resource" => {
-                        let uri = p.pointer("/ref/uri").and_then(Value::as_str).unwrap_or_default().to_owned();
+                        let uri = p
+                            .pointer("/ref/uri")
+                            .and_then(Value::as_str)
+                            .unwrap_or_default()
+                            .to_owned();
                         self.resolve_uri(route, &uri)
                             .ok_or_else(|| invalid(format!("unknown resource: {uri}")))?
                     }
-                    _ => return Err(invalid("completion/complete: params.ref.type must be ref/prompt or ref/resource")),
+                    _ => return Err(invalid(
+                        "completion/complete: params.ref.type must be ref/prompt or ref/resource",
+                    )),
                 };
                 forward(route, idx, method, Some(to_raw(&p)), ctx).await
             }
@@ -163,7 +196,9 @@ impl Router {
                     })
                     .map(|(i, _)| i)
                     .collect();
-                let calls = targets.iter().map(|i| forward(route, *i, method, params.clone(), ctx));
+                let calls = targets
+                    .iter()
+                    .map(|i| forward(route, *i, method, params.clone(), ctx));
                 for r in futures::future::join_all(calls).await {
                     if let Err(Fail::Cancelled) = r {
                         return Err(Fail::Cancelled);
@@ -178,10 +213,19 @@ impl Router {
         }
     }
 
-    fn resolve_name(&self, route: &SessionRoute, kind: Kind, name: &str) -> Option<(usize, String)> {
+    fn resolve_name(
+        &self,
+        route: &SessionRoute,
+        kind: Kind,
+        name: &str,
+    ) -> Option<(usize, String)> {
         {
             let cat = lock(&route.catalog);
-            let map = if kind == Kind::Tool { &cat.tools } else { &cat.prompts };
+            let map = if kind == Kind::Tool {
+                &cat.tools
+            } else {
+                &cat.prompts
+            };
             if let Some(hit) = map.get(name) {
                 return Some(hit.clone());
             }
@@ -241,7 +285,9 @@ impl Router {
             })
             .map(|(i, _)| i)
             .collect();
-        let fetches = targets.iter().map(|&i| self.fetch_all(route, i, kind, method, ctx));
+        let fetches = targets
+            .iter()
+            .map(|&i| self.fetch_all(route, i, kind, method, ctx));
         let results = futures::future::join_all(fetches).await;
         let mut items = Vec::new();
         let mut cat = Catalog::default();
@@ -262,26 +308,40 @@ impl Router {
             }
         }
         for (&idx, r) in targets.iter().zip(results) {
-            let backend = self.slots.get(idx).map(|s| s.cfg.name.as_str()).unwrap_or_default();
+            let backend = self
+                .slots
+                .get(idx)
+                .map(|s| s.cfg.name.as_str())
+                .unwrap_or_default();
             let page = match r {
                 Ok(p) => p,
                 Err(Fail::Cancelled) => return Err(Fail::Cancelled),
                 Err(_) => {
-                    tracing::warn!(backend, method, "backend failed to list; its entries are left out");
+                    tracing::warn!(
+                        backend,
+                        method,
+                        "backend failed to list; its entries are left out"
+                    );
                     continue;
                 }
             };
             for mut item in page {
                 match kind {
                     Kind::Tool | Kind::Prompt => {
-                        let Some(name) = item.get("name").and_then(Value::as_str).map(str::to_owned) else {
+                        let Some(name) =
+                            item.get("name").and_then(Value::as_str).map(str::to_owned)
+                        else {
                             continue;
                         };
                         let exposed = expose(backend, &self.sep, &name);
                         if let Some(obj) = item.as_object_mut() {
                             obj.insert("name".into(), Value::String(exposed.clone()));
                         }
-                        let map = if kind == Kind::Tool { &mut cat.tools } else { &mut cat.prompts };
+                        let map = if kind == Kind::Tool {
+                            &mut cat.tools
+                        } else {
+                            &mut cat.prompts
+                        };
                         map.insert(exposed, (idx, name));
                     }
                     Kind::Resource => {
@@ -319,8 +379,12 @@ impl Router {
         for _ in 0..MAX_PAGES {
             let params = cursor.as_ref().map(|c| to_raw(&json!({ "cursor": c })));
             let raw = forward(route, idx, method, params, ctx).await?;
-            let mut page: Value = serde_json::from_str(raw.get())
-                .map_err(|e| Fail::Own(RpcError::new(code::BACKEND_ERROR, format!("invalid list result: {e}"))))?;
+            let mut page: Value = serde_json::from_str(raw.get()).map_err(|e| {
+                Fail::Own(RpcError::new(
+                    code::BACKEND_ERROR,
+                    format!("invalid list result: {e}"),
+                ))
+            })?;
             if let Some(Value::Array(list)) = page.get_mut(kind.field()).map(Value::take) {
                 items.extend(list);
             }
@@ -329,7 +393,10 @@ impl Router {
                 _ => return Ok(items),
             }
         }
-        tracing::warn!(method, "backend returned more than {MAX_PAGES} pages; the rest is left out");
+        tracing::warn!(
+            method,
+            "backend returned more than {MAX_PAGES} pages; the rest is left out"
+        );
         Ok(items)
     }
 }
@@ -348,7 +415,13 @@ mod tests {
         assert_eq!(a, expose("github", "__", &long));
         assert_ne!(a, expose("github", "__", &format!("{long}y")));
         let dotted = expose("b", "__", "a.b c");
-        assert!(dotted.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-'));
-        assert_ne!(dotted, expose("b", "__", "a_b_c"), "a renamed name must not collide with a real one");
+        assert!(dotted
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-'));
+        assert_ne!(
+            dotted,
+            expose("b", "__", "a_b_c"),
+            "a renamed name must not collide with a real one"
+        );
     }
 }

@@ -41,14 +41,27 @@ impl ClientInit {
         let protocol_version = p
             .get("protocolVersion")
             .and_then(Value::as_str)
-            .ok_or_else(|| RpcError::new(code::INVALID_PARAMS, "initialize: params.protocolVersion (a string) is required"))?
+            .ok_or_else(|| {
+                RpcError::new(
+                    code::INVALID_PARAMS,
+                    "initialize: params.protocolVersion (a string) is required",
+                )
+            })?
             .to_owned();
         let capabilities = match p.get("capabilities") {
             Some(c @ Value::Object(_)) => c.clone(),
             None => json!({}),
-            Some(_) => return Err(RpcError::new(code::INVALID_PARAMS, "initialize: params.capabilities must be an object")),
+            Some(_) => {
+                return Err(RpcError::new(
+                    code::INVALID_PARAMS,
+                    "initialize: params.capabilities must be an object",
+                ))
+            }
         };
-        let client_info = p.get("clientInfo").cloned().unwrap_or_else(|| json!({"name":"unknown","version":"0"}));
+        let client_info = p
+            .get("clientInfo")
+            .cloned()
+            .unwrap_or_else(|| json!({"name":"unknown","version":"0"}));
         Ok(Self {
             protocol_version,
             capabilities,
@@ -199,9 +212,11 @@ impl Router {
         };
         if infos.iter().all(Option::is_none) {
             route.close().await;
-            return Err(RouteError::NoBackend(first_err.unwrap_or(UpstreamError::Closed {
-                backend: "none".into(),
-            })));
+            return Err(RouteError::NoBackend(first_err.unwrap_or(
+                UpstreamError::Closed {
+                    backend: "none".into(),
+                },
+            )));
         }
         let result = self.initialize_result(version, &infos);
         Ok((route, result))
@@ -224,7 +239,12 @@ impl Router {
             }
             return r;
         }
-        let has = |k: &str| infos.iter().flatten().any(|i| i.capabilities().get(k).is_some());
+        let has = |k: &str| {
+            infos
+                .iter()
+                .flatten()
+                .any(|i| i.capabilities().get(k).is_some())
+        };
         let mut caps = serde_json::Map::new();
         if has("tools") {
             caps.insert("tools".into(), json!({ "listChanged": true }));
@@ -236,7 +256,10 @@ impl Router {
             let subscribe = infos.iter().flatten().any(|i| {
                 i.capabilities().pointer("/resources/subscribe") == Some(&Value::Bool(true))
             });
-            caps.insert("resources".into(), json!({ "listChanged": true, "subscribe": subscribe }));
+            caps.insert(
+                "resources".into(),
+                json!({ "listChanged": true, "subscribe": subscribe }),
+            );
         }
         if has("logging") {
             caps.insert("logging".into(), json!({}));
@@ -246,20 +269,32 @@ impl Router {
         }
         let mut instructions = String::new();
         for (slot, info) in self.slots.iter().zip(infos) {
-            if let Some(text) = info.as_ref().and_then(|i| i.result.get("instructions")).and_then(Value::as_str) {
+            if let Some(text) = info
+                .as_ref()
+                .and_then(|i| i.result.get("instructions"))
+                .and_then(Value::as_str)
+            {
                 instructions.push_str(&format!("## {}\n{}\n\n", slot.cfg.name, text.trim()));
             }
         }
         let mut r = json!({ "protocolVersion": version, "capabilities": caps, "serverInfo": gantry_info() });
         if let (false, Some(obj)) = (instructions.is_empty(), r.as_object_mut()) {
-            obj.insert("instructions".into(), Value::String(instructions.trim_end().to_owned()));
+            obj.insert(
+                "instructions".into(),
+                Value::String(instructions.trim_end().to_owned()),
+            );
         }
         r
     }
 
     /// Answers one client request. `None` means the request was cancelled and, as the
     /// spec asks, gets no response.
-    pub async fn dispatch(&self, route: &SessionRoute, req: Request, ctx: CallCtx) -> Option<Response> {
+    pub async fn dispatch(
+        &self,
+        route: &SessionRoute,
+        req: Request,
+        ctx: CallCtx,
+    ) -> Option<Response> {
         let id = req.id.clone();
         let outcome = match req.method.as_str() {
             "ping" => Ok(empty_object()),
@@ -268,7 +303,10 @@ impl Router {
                 "the session is already initialized",
             ))),
             _ if route.single => forward(route, 0, &req.method, req.params, &ctx).await,
-            _ => self.dispatch_many(route, &req.method, req.params, &ctx).await,
+            _ => {
+                self.dispatch_many(route, &req.method, req.params, &ctx)
+                    .await
+            }
         };
         match outcome {
             Ok(result) => Some(Response::ok(id, result)),
@@ -314,7 +352,10 @@ pub(crate) async fn forward(
     ctx: &CallCtx,
 ) -> Result<Box<RawValue>, Fail> {
     let Some(Some(conn)) = route.conns.get(idx) else {
-        return Err(Fail::Own(RpcError::new(code::INTERNAL_ERROR, "no such backend")));
+        return Err(Fail::Own(RpcError::new(
+            code::INTERNAL_ERROR,
+            "no such backend",
+        )));
     };
     match conn.call(method, params, ctx).await {
         Ok(resp) => resp.outcome.map_err(Fail::Raw),

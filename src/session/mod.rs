@@ -181,7 +181,7 @@ impl Session {
     }
 
     /// Registers a request in flight so `notifications/cancelled` can reach it.
-    pub fn track(&self, id: &RequestId) -> InflightGuard<'_> {
+    pub fn track(self: &Arc<Self>, id: &RequestId) -> InflightGuard {
         let token = self.cancel.child_token();
         let n = self.next_track.fetch_add(1, Ordering::Relaxed);
         lock(&self.inflight)
@@ -190,7 +190,7 @@ impl Session {
             .push((n, token.clone()));
         self.inflight_count.fetch_add(1, Ordering::Relaxed);
         InflightGuard {
-            session: self,
+            session: self.clone(),
             key: id.key().to_owned(),
             n,
             token,
@@ -200,7 +200,10 @@ impl Session {
     /// Cancels the in-flight request(s) with this client id. A client that reuses
     /// ids while they are in flight cannot say which one it means; all are cancelled.
     pub fn cancel_request(&self, id: &RequestId) -> usize {
-        let tokens = lock(&self.inflight).get(id.key()).cloned().unwrap_or_default();
+        let tokens = lock(&self.inflight)
+            .get(id.key())
+            .cloned()
+            .unwrap_or_default();
         for (_, t) in &tokens {
             t.cancel();
         }
@@ -246,21 +249,21 @@ impl Session {
 }
 
 /// Unregisters an in-flight request when dropped.
-pub struct InflightGuard<'a> {
-    session: &'a Session,
+pub struct InflightGuard {
+    session: Arc<Session>,
     key: String,
     n: u64,
     token: CancellationToken,
 }
 
-impl InflightGuard<'_> {
+impl InflightGuard {
     /// The request's cancellation token.
     pub fn token(&self) -> CancellationToken {
         self.token.clone()
     }
 }
 
-impl Drop for InflightGuard<'_> {
+impl Drop for InflightGuard {
     fn drop(&mut self) {
         let mut m = lock(&self.session.inflight);
         if let Some(v) = m.get_mut(&self.key) {
@@ -287,7 +290,11 @@ impl Downstream for StreamSink {
         self.stream.push(n.to_json());
     }
 
-    fn ask(&self, method: String, params: Option<Box<RawValue>>) -> BoxFuture<'static, ClientAnswer> {
+    fn ask(
+        &self,
+        method: String,
+        params: Option<Box<RawValue>>,
+    ) -> BoxFuture<'static, ClientAnswer> {
         let session = self.session.upgrade();
         let stream = self.stream.clone();
         Box::pin(async move {
@@ -304,7 +311,11 @@ impl Downstream for StreamSink {
                 params,
             };
             // A request stream that already finished cannot carry it; use the standalone one.
-            let target = if stream.is_closed() { session.standalone.clone() } else { stream };
+            let target = if stream.is_closed() {
+                session.standalone.clone()
+            } else {
+                stream
+            };
             target.push(req.to_json());
             let cancel = session.cancel.clone();
             drop(session);
@@ -354,7 +365,11 @@ impl SessionStore {
         if self.map.len() >= self.max {
             return Err(SessionError::Full);
         }
-        let s = Arc::new(Session::new(principal.to_owned(), legacy, self.event_buffer));
+        let s = Arc::new(Session::new(
+            principal.to_owned(),
+            legacy,
+            self.event_buffer,
+        ));
         self.map.insert(s.id.clone(), s.clone());
         Ok(s)
     }

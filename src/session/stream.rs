@@ -226,7 +226,10 @@ pub fn sse_body(
                 StreamRead::Events(evs) => {
                     let mut out = String::new();
                     for (seq, json) in &evs {
-                        let id = st.opts.with_ids.then(|| format!("{}_{}", st.stream.id, seq));
+                        let id = st
+                            .opts
+                            .with_ids
+                            .then(|| format!("{}_{}", st.stream.id, seq));
                         out.push_str(&crate::sse::message_event(id.as_deref(), json));
                         st.cursor = *seq;
                     }
@@ -234,7 +237,10 @@ pub fn sse_body(
                 }
                 StreamRead::Closed | StreamRead::Superseded => return None,
                 StreamRead::Gap => {
-                    tracing::warn!(stream = st.stream.id, "SSE reader fell behind the event buffer; stream ended");
+                    tracing::warn!(
+                        stream = st.stream.id,
+                        "SSE reader fell behind the event buffer; stream ended"
+                    );
                     return None;
                 }
                 StreamRead::Pending => {
@@ -274,8 +280,14 @@ mod tests {
         s.push("{\"a\":1}".into());
         s.push("{\"a\":2}".into());
         s.close();
-        let body: Vec<Bytes> = sse_body(s.clone(), 1, opts()).map(|b| b.unwrap()).collect().await;
-        let text: String = body.iter().map(|b| String::from_utf8_lossy(b).into_owned()).collect();
+        let body: Vec<Bytes> = sse_body(s.clone(), 1, opts())
+            .map(|b| b.unwrap())
+            .collect()
+            .await;
+        let text: String = body
+            .iter()
+            .map(|b| String::from_utf8_lossy(b).into_owned())
+            .collect();
         assert_eq!(text, "id: 3_2\nevent: message\ndata: {\"a\":2}\n\n");
     }
 

@@ -34,7 +34,9 @@ pub struct InitInfo {
 impl InitInfo {
     /// The backend's declared capabilities (an object, possibly empty).
     pub fn capabilities(&self) -> &serde_json::Value {
-        self.result.get("capabilities").unwrap_or(&serde_json::Value::Null)
+        self.result
+            .get("capabilities")
+            .unwrap_or(&serde_json::Value::Null)
     }
 }
 
@@ -77,6 +79,9 @@ pub(crate) struct Core {
     asks: Mutex<HashMap<String, AbortHandle>>,
     pub out: mpsc::Sender<Outgoing>,
     pub state: watch::Sender<State>,
+    /// The incarnation messages may be sent to now (0 while none is alive). Set before
+    /// an incarnation's pending requests are failed, so no request can slip between.
+    pub live_gen: AtomicU64,
     owner: Option<Sink>,
     /// The params of the `initialize` Gantry sends on every (re)start.
     pub init_params: Box<RawValue>,
@@ -110,7 +115,10 @@ impl Core {
     }
 
     /// Waits until the connection is ready (or fails), bounded by the init timeout.
-    async fn wait_ready(&self, cancel: &CancellationToken) -> Result<(u64, Arc<InitInfo>), UpstreamError> {
+    async fn wait_ready(
+        &self,
+        cancel: &CancellationToken,
+    ) -> Result<(u64, Arc<InitInfo>), UpstreamError> {
         let mut rx = self.state.subscribe();
         let wait = async {
             loop {
@@ -168,6 +176,15 @@ impl Core {
             id,
             reason: "request abandoned",
         };
+        if self.live_gen.load(Ordering::Acquire) != gen {
+            let mut guard = guard;
+            guard.disarm();
+            lock(&self.pending).remove(&id);
+            return Err(UpstreamError::Crashed {
+                backend: self.name.clone(),
+                reason: "the backend restarted before the request could be sent".into(),
+            });
+        }
         let line = Request {
             id: RequestId::from_u64(id),
             method: method.to_owned(),
@@ -269,7 +286,10 @@ impl Core {
 
     fn attribute(&self, related: Option<u64>) -> Option<Sink> {
         let p = lock(&self.pending);
-        if let Some(sink) = related.and_then(|id| p.get(&id)).and_then(|e| e.sink.clone()) {
+        if let Some(sink) = related
+            .and_then(|id| p.get(&id))
+            .and_then(|e| e.sink.clone())
+        {
             return Some(sink);
         }
         let mut calls = p.values().filter_map(|e| e.sink.as_ref());
@@ -289,11 +309,10 @@ impl Core {
     pub fn incoming(self: &Arc<Self>, gen: u64, msg: Message, related: Option<u64>) {
         match msg {
             Message::Response(r) => {
-                let entry = r
-                    .id
-                    .as_ref()
-                    .and_then(RequestId::as_u64)
-                    .and_then(|id| lock(&self.pending).remove(&id));
+                let entry =
+                    r.id.as_ref()
+                        .and_then(RequestId::as_u64)
+                        .and_then(|id| lock(&self.pending).remove(&id));
                 match entry {
                     Some(p) => {
                         let _ = p.reply.send(Ok(r));
@@ -313,7 +332,9 @@ impl Core {
                 let Some(mut params) = parse_object(n.params.as_deref()) else {
                     return self.drop_unattributed("malformed progress");
                 };
-                let token = params.get("progressToken").and_then(serde_json::Value::as_u64);
+                let token = params
+                    .get("progressToken")
+                    .and_then(serde_json::Value::as_u64);
                 let route = token.and_then(|t| {
                     let p = lock(&self.pending);
                     p.get(&t)
@@ -335,7 +356,8 @@ impl Core {
                     h.abort();
                 }
             }
-            "notifications/message" => match self.attribute(related).or_else(|| self.owner.clone()) {
+            "notifications/message" => match self.attribute(related).or_else(|| self.owner.clone())
+            {
                 Some(sink) => sink.notify(n),
                 None => self.drop_unattributed("log message"),
             },
@@ -358,7 +380,10 @@ impl Core {
             self.drop_unattributed("server-to-client request");
             let err = RpcError::new(
                 code::METHOD_NOT_FOUND,
-                format!("no client session can answer `{}` for this backend", req.method),
+                format!(
+                    "no client session can answer `{}` for this backend",
+                    req.method
+                ),
             );
             self.send_line(gen, Response::err(Some(req.id), &err).to_json());
             return;
@@ -400,7 +425,8 @@ impl Drop for PendingGuard {
             return;
         }
         if lock(&self.core.pending).remove(&self.id).is_some() {
-            let params = to_raw(&serde_json::json!({ "requestId": self.id, "reason": self.reason }));
+            let params =
+                to_raw(&serde_json::json!({ "requestId": self.id, "reason": self.reason }));
             self.core.send_line(
                 self.gen,
                 Notification::new("notifications/cancelled", Some(params)).to_json(),
@@ -429,10 +455,9 @@ fn rewrite_progress_token(
     else {
         return (Some(raw), None);
     };
-    let Some(mut meta) = top
-        .get("_meta")
-        .and_then(|m| serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(m.get()).ok())
-    else {
+    let Some(mut meta) = top.get("_meta").and_then(|m| {
+        serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(m.get()).ok()
+    }) else {
         return (Some(raw), None);
     };
     let Some(client) = meta.insert("progressToken".into(), gateway_token.into()) else {
@@ -452,7 +477,11 @@ pub struct Conn {
 impl Conn {
     /// Starts a connection to `cfg`'s backend. It initializes with `init_params` (and
     /// again after every restart); traffic no call can claim goes to `owner`.
-    pub fn start(cfg: &BackendConfig, init_params: Box<RawValue>, owner: Option<Sink>) -> Arc<Self> {
+    pub fn start(
+        cfg: &BackendConfig,
+        init_params: Box<RawValue>,
+        owner: Option<Sink>,
+    ) -> Arc<Self> {
         let (out_tx, out_rx) = mpsc::channel(OUTGOING_QUEUE);
         let (state, _) = watch::channel(State::Starting);
         let core = Arc::new(Core {
@@ -462,6 +491,7 @@ impl Conn {
             asks: Mutex::new(HashMap::new()),
             out: out_tx,
             state,
+            live_gen: AtomicU64::new(0),
             owner,
             init_params,
             request_timeout: cfg.request_timeout,
@@ -486,7 +516,7 @@ impl Conn {
                 shutdown.clone(),
             )),
             (None, None) => {
-                let _ = core.state.send(State::Failed {
+                let _ = core.state.send_replace(State::Failed {
                     reason: "no transport configured".into(),
                 });
                 tokio::spawn(async {})
@@ -565,7 +595,7 @@ impl Conn {
             let _ = t.await;
         }
         self.core.fail_pending(None, "connection shut down");
-        let _ = self.core.state.send(State::Closed);
+        let _ = self.core.state.send_replace(State::Closed);
     }
 }
 
@@ -650,11 +680,16 @@ mod tests {
 
     #[test]
     fn progress_token_rewrite_keeps_everything_else() {
-        let p = to_raw(&serde_json::json!({"name":"t","arguments":{"x":1},"_meta":{"progressToken":"abc","other":2}}));
+        let p = to_raw(
+            &serde_json::json!({"name":"t","arguments":{"x":1},"_meta":{"progressToken":"abc","other":2}}),
+        );
         let (out, client) = rewrite_progress_token(Some(p), 42);
         assert_eq!(client, Some(serde_json::json!("abc")));
         let v: serde_json::Value = serde_json::from_str(out.unwrap().get()).unwrap();
-        assert_eq!(v, serde_json::json!({"name":"t","arguments":{"x":1},"_meta":{"progressToken":42,"other":2}}));
+        assert_eq!(
+            v,
+            serde_json::json!({"name":"t","arguments":{"x":1},"_meta":{"progressToken":42,"other":2}})
+        );
         let untouched = to_raw(&serde_json::json!({"name":"t"}));
         let (out, client) = rewrite_progress_token(Some(untouched), 1);
         assert_eq!(out.unwrap().get(), r#"{"name":"t"}"#);

@@ -39,7 +39,9 @@ struct Session {
 }
 
 fn read<T: Clone>(l: &RwLock<Option<T>>) -> Option<T> {
-    l.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    l.read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone()
 }
 
 fn write<T>(l: &RwLock<Option<T>>, v: T) {
@@ -85,7 +87,10 @@ impl Session {
         let resp = self
             .request(reqwest::Method::POST)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .header(reqwest::header::ACCEPT, "application/json, text/event-stream")
+            .header(
+                reqwest::header::ACCEPT,
+                "application/json, text/event-stream",
+            )
             .body(msg.line.clone())
             .send()
             .await;
@@ -116,7 +121,8 @@ impl Session {
         if ctype.starts_with("text/event-stream") {
             let mut last_id = None;
             let mut retry = DEFAULT_RETRY;
-            self.read_stream(resp, msg.request_id, &mut last_id, &mut retry).await;
+            self.read_stream(resp, msg.request_id, &mut last_id, &mut retry)
+                .await;
             self.resume(msg.request_id, last_id, retry).await;
         } else if ctype.starts_with("application/json") {
             match read_bounded(resp, self.core.max_message_bytes).await {
@@ -189,11 +195,17 @@ impl Session {
         let mut attempts = 0;
         while self.core.is_pending(id) {
             let Some(event_id) = last_id.clone() else {
-                return self.core.fail_one(id, "the backend closed the response stream without answering".into());
+                return self.core.fail_one(
+                    id,
+                    "the backend closed the response stream without answering".into(),
+                );
             };
             attempts += 1;
             if attempts > MAX_RESUMES {
-                return self.core.fail_one(id, "the backend's response stream could not be resumed".into());
+                return self.core.fail_one(
+                    id,
+                    "the backend's response stream could not be resumed".into(),
+                );
             }
             tokio::time::sleep(retry).await;
             let resp = self
@@ -204,12 +216,18 @@ impl Session {
                 .await;
             match resp {
                 Ok(r) if r.status().is_success() => {
-                    self.read_stream(r, Some(id), &mut last_id, &mut retry).await;
+                    self.read_stream(r, Some(id), &mut last_id, &mut retry)
+                        .await;
                 }
                 Ok(r) => {
-                    return self.core.fail_one(id, format!("resuming the response stream failed: HTTP {}", r.status()));
+                    return self.core.fail_one(
+                        id,
+                        format!("resuming the response stream failed: HTTP {}", r.status()),
+                    );
                 }
-                Err(e) => tracing::debug!(backend = %self.core.name, error = %e, "resume attempt failed"),
+                Err(e) => {
+                    tracing::debug!(backend = %self.core.name, error = %e, "resume attempt failed")
+                }
             }
         }
     }
@@ -249,7 +267,9 @@ impl Session {
                     tracing::debug!(backend = %self.core.name, error = %e, "GET stream failed");
                 }
             }
-            let delay = retry.saturating_mul(1 << failures.min(5)).min(Duration::from_secs(30));
+            let delay = retry
+                .saturating_mul(1 << failures.min(5))
+                .min(Duration::from_secs(30));
             tokio::select! {
                 _ = tokio::time::sleep(delay) => {}
                 _ = self.expired.cancelled() => return,
@@ -293,7 +313,7 @@ pub(crate) async fn supervise(
     let url = match reqwest::Url::parse(&cfg.url) {
         Ok(u) => u,
         Err(e) => {
-            let _ = core.state.send(State::Failed {
+            let _ = core.state.send_replace(State::Failed {
                 reason: format!("invalid url: {e}"),
             });
             return;
@@ -315,7 +335,7 @@ pub(crate) async fn supervise(
     {
         Ok(c) => c,
         Err(e) => {
-            let _ = core.state.send(State::Failed {
+            let _ = core.state.send_replace(State::Failed {
                 reason: format!("cannot build HTTP client: {e}"),
             });
             return;
@@ -325,7 +345,9 @@ pub(crate) async fn supervise(
     let mut gen = 0u64;
     loop {
         gen += 1;
-        let _ = core.state.send(State::Starting);
+        let _ = core.state.send_replace(State::Starting);
+        core.live_gen
+            .store(gen, std::sync::atomic::Ordering::Release);
         let started = Instant::now();
         let session = Arc::new(Session {
             core: core.clone(),
@@ -348,7 +370,10 @@ pub(crate) async fn supervise(
                     let sent = session
                         .request(reqwest::Method::POST)
                         .header(reqwest::header::CONTENT_TYPE, "application/json")
-                        .header(reqwest::header::ACCEPT, "application/json, text/event-stream")
+                        .header(
+                            reqwest::header::ACCEPT,
+                            "application/json, text/event-stream",
+                        )
                         .body(note)
                         .send()
                         .await;
@@ -374,7 +399,7 @@ pub(crate) async fn supervise(
                     match r {
                         Ok(Ok(info)) => {
                             tracing::info!(backend = %core.name, version = %info.protocol_version, "backend initialized");
-                            let _ = core.state.send(State::Ready { gen, info });
+                            let _ = core.state.send_replace(State::Ready { gen, info });
                             listener = Some(tokio::spawn(session.clone().listen()));
                         }
                         Ok(Err(e)) => break Some(e),
@@ -390,14 +415,17 @@ pub(crate) async fn supervise(
             }
         };
         init.abort();
+        core.live_gen.store(0, std::sync::atomic::Ordering::Release);
         session.expired.cancel();
         if let Some(l) = listener {
             l.abort();
         }
         let Some(reason) = reason else { break };
+        let _ = core.state.send_replace(State::Failed {
+            reason: reason.clone(),
+        });
         core.fail_pending(Some(gen), &reason);
         tracing::warn!(backend = %core.name, %reason, "backend connection lost; reconnecting");
-        let _ = core.state.send(State::Failed { reason });
         if started.elapsed() >= STABLE_RUN {
             backoff.reset();
         }
@@ -407,6 +435,6 @@ pub(crate) async fn supervise(
         }
         while out_rx.try_recv().is_ok() {}
     }
-    let _ = core.state.send(State::Closed);
+    let _ = core.state.send_replace(State::Closed);
     core.fail_pending(None, "backend shut down");
 }

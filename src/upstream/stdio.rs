@@ -80,15 +80,20 @@ pub(crate) async fn supervise(
             break;
         }
         gen += 1;
-        let _ = core.state.send(State::Starting);
+        let _ = core.state.send_replace(State::Starting);
+        core.live_gen
+            .store(gen, std::sync::atomic::Ordering::Release);
         let started = Instant::now();
         let outcome = run_once(&core, &cfg, gen, &mut out_rx, &shutdown).await;
+        core.live_gen.store(0, std::sync::atomic::Ordering::Release);
+        let _ = core.state.send_replace(State::Failed {
+            reason: outcome.clone(),
+        });
         core.fail_pending(Some(gen), &outcome);
         if shutdown.is_cancelled() {
             break;
         }
         tracing::warn!(backend = %core.name, reason = %outcome, "backend stopped; restarting");
-        let _ = core.state.send(State::Failed { reason: outcome });
         if started.elapsed() >= STABLE_RUN {
             backoff.reset();
         }
@@ -100,7 +105,7 @@ pub(crate) async fn supervise(
         // Messages queued for the dead incarnation are stale.
         while out_rx.try_recv().is_ok() {}
     }
-    let _ = core.state.send(State::Closed);
+    let _ = core.state.send_replace(State::Closed);
     core.fail_pending(None, "backend shut down");
 }
 
@@ -116,7 +121,12 @@ async fn run_once(
         Ok(c) => c,
         Err(e) => return format!("cannot start `{}`: {e}", cfg.command),
     };
-    let guard = GroupGuard(child.id().and_then(|p| i32::try_from(p).ok()).map(Pid::from_raw));
+    let guard = GroupGuard(
+        child
+            .id()
+            .and_then(|p| i32::try_from(p).ok())
+            .map(Pid::from_raw),
+    );
     let (Some(stdin), Some(stdout), Some(stderr)) =
         (child.stdin.take(), child.stdout.take(), child.stderr.take())
     else {
@@ -133,9 +143,13 @@ async fn run_once(
         tokio::spawn(async move {
             match handshake(&core, gen).await {
                 Ok(info) => {
-                    core.send_line(gen, crate::jsonrpc::Notification::new("notifications/initialized", None).to_json());
+                    core.send_line(
+                        gen,
+                        crate::jsonrpc::Notification::new("notifications/initialized", None)
+                            .to_json(),
+                    );
                     tracing::info!(backend = %core.name, version = %info.protocol_version, "backend initialized");
-                    let _ = core.state.send(State::Ready { gen, info });
+                    let _ = core.state.send_replace(State::Ready { gen, info });
                 }
                 Err(e) => {
                     tracing::warn!(backend = %core.name, error = %e, "backend initialization failed");
@@ -185,7 +199,10 @@ async fn write_line(w: &mut ChildStdin, line: &str) -> std::io::Result<()> {
     // JSON never holds a raw newline except as whitespace between tokens, so blanking
     // them keeps the message valid and on one line, as stdio framing requires.
     let mut buf = Vec::with_capacity(line.len() + 1);
-    buf.extend(line.bytes().map(|b| if b == b'\n' || b == b'\r' { b' ' } else { b }));
+    buf.extend(
+        line.bytes()
+            .map(|b| if b == b'\n' || b == b'\r' { b' ' } else { b }),
+    );
     buf.push(b'\n');
     w.write_all(&buf).await?;
     w.flush().await
@@ -244,7 +261,11 @@ async fn read_line_bounded<R: AsyncBufRead + Unpin>(
         let used = found.unwrap_or(chunk.len());
         r.consume(used);
         if found.is_some() {
-            return Ok(if discarded > 0 { Line::TooLong(discarded) } else { Line::Data });
+            return Ok(if discarded > 0 {
+                Line::TooLong(discarded)
+            } else {
+                Line::Data
+            });
         }
     }
 }
@@ -287,7 +308,9 @@ async fn read_stdout<R: AsyncBufRead + Unpin>(core: Arc<Core>, gen: u64, mut r: 
 
 async fn log_stderr<R: AsyncBufRead + Unpin>(name: String, mut r: R) {
     let mut buf = Vec::new();
-    while let Ok(Line::Data | Line::TooLong(_)) = read_line_bounded(&mut r, &mut buf, MAX_STDERR_LINE).await {
+    while let Ok(Line::Data | Line::TooLong(_)) =
+        read_line_bounded(&mut r, &mut buf, MAX_STDERR_LINE).await
+    {
         if !buf.is_empty() {
             tracing::info!(backend = %name, "stderr: {}", String::from_utf8_lossy(&buf));
         }
@@ -304,13 +327,28 @@ mod tests {
         let data = b"short\nthis line is far too long\nok\nlast-no-newline".to_vec();
         let mut r = BufReader::with_capacity(4, &data[..]);
         let mut buf = Vec::new();
-        assert!(matches!(read_line_bounded(&mut r, &mut buf, 10).await.unwrap(), Line::Data));
+        assert!(matches!(
+            read_line_bounded(&mut r, &mut buf, 10).await.unwrap(),
+            Line::Data
+        ));
         assert_eq!(buf, b"short");
-        assert!(matches!(read_line_bounded(&mut r, &mut buf, 10).await.unwrap(), Line::TooLong(_)));
-        assert!(matches!(read_line_bounded(&mut r, &mut buf, 10).await.unwrap(), Line::Data));
+        assert!(matches!(
+            read_line_bounded(&mut r, &mut buf, 10).await.unwrap(),
+            Line::TooLong(_)
+        ));
+        assert!(matches!(
+            read_line_bounded(&mut r, &mut buf, 10).await.unwrap(),
+            Line::Data
+        ));
         assert_eq!(buf, b"ok");
-        assert!(matches!(read_line_bounded(&mut r, &mut buf, 100).await.unwrap(), Line::Data));
+        assert!(matches!(
+            read_line_bounded(&mut r, &mut buf, 100).await.unwrap(),
+            Line::Data
+        ));
         assert_eq!(buf, b"last-no-newline");
-        assert!(matches!(read_line_bounded(&mut r, &mut buf, 10).await.unwrap(), Line::Eof));
+        assert!(matches!(
+            read_line_bounded(&mut r, &mut buf, 10).await.unwrap(),
+            Line::Eof
+        ));
     }
 }

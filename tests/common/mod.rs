@@ -1,6 +1,12 @@
 //! Test fixtures: the real `gantry` binary on an ephemeral loopback port, real
 //! backend processes, and a small MCP client over real HTTP.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+#![allow(
+    dead_code,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader};
@@ -21,7 +27,9 @@ pub fn gantry_bin() -> PathBuf {
 
 /// Path of a file under tests/fixtures.
 pub fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
 }
 
 /// A running gantry process. Killed (SIGKILL) on drop if still running.
@@ -89,7 +97,10 @@ impl Gantry {
         let mut child = Command::new(gantry_bin())
             .args(["--listen", "127.0.0.1:0"])
             .args(args)
-            .env("RUST_LOG", std::env::var("GANTRY_TEST_LOG").unwrap_or_else(|_| "info".into()))
+            .env(
+                "RUST_LOG",
+                std::env::var("GANTRY_TEST_LOG").unwrap_or_else(|_| "info".into()),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -124,7 +135,13 @@ impl Gantry {
             }
         };
         let base = url.trim_end_matches("/mcp").to_owned();
-        Self { child, url, base, log, _dir: dir }
+        Self {
+            child,
+            url,
+            base,
+            log,
+            _dir: dir,
+        }
     }
 
     /// Everything gantry logged so far.
@@ -146,7 +163,9 @@ impl Gantry {
 
     /// Sends SIGTERM and waits (bounded) for exit; returns the exit status.
     pub fn terminate(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
-        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
         let end = Instant::now() + within;
         while Instant::now() < end {
             if let Ok(Some(s)) = self.child.try_wait() {
@@ -177,12 +196,20 @@ impl Drop for Gantry {
 pub fn children_of(ppid: u32) -> Vec<(u32, String)> {
     let mut out = Vec::new();
     for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
         let after = stat.rsplit_once(')').map(|x| x.1).unwrap_or("");
         let fields: Vec<&str> = after.split_whitespace().collect();
-        if fields.get(1).and_then(|p| p.parse::<u32>().ok()) == Some(ppid) && fields.first() != Some(&"Z") {
-            let cmd = std::fs::read_to_string(format!("/proc/{pid}/cmdline")).unwrap_or_default().replace('\0', " ");
+        if fields.get(1).and_then(|p| p.parse::<u32>().ok()) == Some(ppid)
+            && fields.first() != Some(&"Z")
+        {
+            let cmd = std::fs::read_to_string(format!("/proc/{pid}/cmdline"))
+                .unwrap_or_default()
+                .replace('\0', " ");
             out.push((pid, cmd));
         }
     }
@@ -192,7 +219,10 @@ pub fn children_of(ppid: u32) -> Vec<(u32, String)> {
 /// Whether a process exists (and is not a zombie).
 pub fn alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !stat.rsplit_once(')').map(|x| x.1.trim_start().starts_with('Z')).unwrap_or(false),
+        Ok(stat) => !stat
+            .rsplit_once(')')
+            .map(|x| x.1.trim_start().starts_with('Z'))
+            .unwrap_or(false),
         Err(_) => false,
     }
 }
@@ -211,10 +241,16 @@ pub struct Reply {
 impl Reply {
     /// The response message with this id.
     pub fn response(&self, id: &Value) -> Option<&Value> {
-        self.messages.iter().find(|m| m.get("id") == Some(id) && (m.get("result").is_some() || m.get("error").is_some()))
+        self.messages.iter().find(|m| {
+            m.get("id") == Some(id) && (m.get("result").is_some() || m.get("error").is_some())
+        })
     }
     pub fn content_type(&self) -> String {
-        self.headers.get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned()
+        self.headers
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned()
     }
 }
 
@@ -245,7 +281,10 @@ pub fn parse_sse(text: &str) -> (Vec<Value>, Vec<String>) {
 impl Client {
     pub fn new(url: &str) -> Self {
         Self {
-            http: reqwest::Client::builder().timeout(Duration::from_secs(60)).build().unwrap(),
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(60))
+                .build()
+                .unwrap(),
             url: url.to_owned(),
             session: None,
             version: "2025-11-25".into(),
@@ -260,21 +299,33 @@ impl Client {
             .header("content-type", "application/json")
             .header("accept", "application/json, text/event-stream");
         if let Some(s) = &self.session {
-            rb = rb.header("mcp-session-id", s).header("mcp-protocol-version", &self.version);
+            rb = rb
+                .header("mcp-session-id", s)
+                .header("mcp-protocol-version", &self.version);
         }
         rb
     }
 
     /// POSTs a body and reads the whole reply (JSON or SSE to its end).
     pub async fn post(&self, body: &Value) -> Reply {
-        Self::read(self.post_builder().body(body.to_string()).send().await.unwrap()).await
+        Self::read(
+            self.post_builder()
+                .body(body.to_string())
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await
     }
 
     pub async fn read(resp: reqwest::Response) -> Reply {
         let status = resp.status().as_u16();
         let headers = resp.headers().clone();
         let raw = resp.text().await.unwrap();
-        let ct = headers.get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("");
+        let ct = headers
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
         let (messages, event_ids) = if ct.starts_with("text/event-stream") {
             parse_sse(&raw)
         } else if raw.trim().is_empty() {
@@ -286,7 +337,13 @@ impl Client {
                 Err(_) => (vec![], vec![]),
             }
         };
-        Reply { status, headers, messages, event_ids, raw }
+        Reply {
+            status,
+            headers,
+            messages,
+            event_ids,
+            raw,
+        }
     }
 
     /// Initializes a session (and sends `notifications/initialized`).
@@ -296,33 +353,53 @@ impl Client {
 
     pub async fn initialize_with(&mut self, capabilities: Value) -> Value {
         let r = self
-            .post(&json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
+            .post(
+                &json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
                 "protocolVersion": self.version, "capabilities": capabilities,
-                "clientInfo": {"name":"gantry-tests","version":"1"}}}))
+                "clientInfo": {"name":"gantry-tests","version":"1"}}}),
+            )
             .await;
         assert_eq!(r.status, 200, "initialize failed: {}", r.raw);
         self.session = Some(
-            r.headers.get("mcp-session-id").expect("session id").to_str().unwrap().to_owned(),
+            r.headers
+                .get("mcp-session-id")
+                .expect("session id")
+                .to_str()
+                .unwrap()
+                .to_owned(),
         );
         let result = r.response(&json!(0)).expect("initialize response").clone();
-        let n = self.post(&json!({"jsonrpc":"2.0","method":"notifications/initialized"})).await;
+        let n = self
+            .post(&json!({"jsonrpc":"2.0","method":"notifications/initialized"}))
+            .await;
         assert_eq!(n.status, 202);
         result
     }
 
     /// Sends a request and returns the whole reply.
     pub async fn request(&self, id: Value, method: &str, params: Value) -> Reply {
-        self.post(&json!({"jsonrpc":"2.0","id":id,"method":method,"params":params})).await
+        self.post(&json!({"jsonrpc":"2.0","id":id,"method":method,"params":params}))
+            .await
     }
 
     /// Calls a tool and returns the response message.
     pub async fn call_tool(&self, id: Value, name: &str, args: Value) -> Value {
-        let r = self.request(id.clone(), "tools/call", json!({"name":name,"arguments":args})).await;
-        r.response(&id).unwrap_or_else(|| panic!("no response to {id} in {}", r.raw)).clone()
+        let r = self
+            .request(
+                id.clone(),
+                "tools/call",
+                json!({"name":name,"arguments":args}),
+            )
+            .await;
+        r.response(&id)
+            .unwrap_or_else(|| panic!("no response to {id} in {}", r.raw))
+            .clone()
     }
 
     /// Sends a notification.
     pub async fn notify(&self, method: &str, params: Value) -> u16 {
-        self.post(&json!({"jsonrpc":"2.0","method":method,"params":params})).await.status
+        self.post(&json!({"jsonrpc":"2.0","method":method,"params":params}))
+            .await
+            .status
     }
 }

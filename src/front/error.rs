@@ -1,0 +1,104 @@
+//! The front door's error type: every way a request is refused at the HTTP layer,
+//! each mapped to one status and one JSON-RPC error body (`"id": null`) in exactly
+//! one place, [`FrontError::into_response`].
+
+use crate::jsonrpc::{code, ParseError, RpcError};
+use crate::router::SESSION_VERSIONS;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+
+/// Why a request was refused before dispatch. The message is what the client sees.
+#[derive(Debug, thiserror::Error)]
+pub enum FrontError {
+    /// Host or Origin not allowed (DNS-rebinding protection): 403.
+    #[error("Forbidden: {0}")]
+    Forbidden(String),
+    /// Method other than POST/GET/DELETE on the MCP endpoint: 405.
+    #[error("Method not allowed")]
+    MethodNotAllowed,
+    /// `Accept` allows nothing Gantry can send: 406.
+    #[error("Not Acceptable: {0}")]
+    NotAcceptable(&'static str),
+    /// `Content-Type` is not JSON: 415.
+    #[error("Unsupported Media Type: Content-Type must be application/json")]
+    UnsupportedMediaType,
+    /// Body over `server.max_body_bytes`: 413.
+    #[error("Request body larger than {0} bytes")]
+    TooLarge(usize),
+    /// Body is not JSON: 400, -32700.
+    #[error("Parse error: {0}")]
+    Parse(String),
+    /// Body is JSON but not an acceptable JSON-RPC message: 400, -32600.
+    #[error("Invalid Request: {0}")]
+    Invalid(String),
+    /// A required header or parameter is missing or malformed: 400.
+    #[error("Bad Request: {0}")]
+    BadRequest(String),
+    /// `MCP-Protocol-Version` names a version Gantry does not speak: 400.
+    #[error("Bad Request: unsupported MCP-Protocol-Version `{0}` (supported: {versions})", versions = SESSION_VERSIONS.join(", "))]
+    UnsupportedVersion(String),
+    /// Unknown, expired, ended or someone else's session: 404.
+    #[error("Session not found")]
+    SessionNotFound,
+    /// `Last-Event-ID` names a stream this session no longer keeps: 404.
+    #[error("Last-Event-ID names a stream that no longer exists")]
+    StreamGone,
+    /// Shutting down, or the session table is full: 503.
+    #[error("{0}")]
+    Unavailable(&'static str),
+}
+
+impl From<ParseError> for FrontError {
+    fn from(e: ParseError) -> Self {
+        match e {
+            ParseError::Json(m) => Self::Parse(m),
+            ParseError::Invalid(m) => Self::Invalid(m.to_owned()),
+        }
+    }
+}
+
+impl FrontError {
+    /// The HTTP status.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::Forbidden(_) => StatusCode::FORBIDDEN,
+            Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Self::NotAcceptable(_) => StatusCode::NOT_ACCEPTABLE,
+            Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Self::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::Parse(_)
+            | Self::Invalid(_)
+            | Self::BadRequest(_)
+            | Self::UnsupportedVersion(_) => StatusCode::BAD_REQUEST,
+            Self::SessionNotFound | Self::StreamGone => StatusCode::NOT_FOUND,
+            Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+
+    /// The JSON-RPC error code in the body.
+    pub fn code(&self) -> i64 {
+        match self {
+            Self::Parse(_) => code::PARSE_ERROR,
+            Self::Invalid(_) | Self::TooLarge(_) => code::INVALID_REQUEST,
+            Self::SessionNotFound => code::SESSION_ERROR,
+            _ => code::BACKEND_ERROR,
+        }
+    }
+}
+
+impl IntoResponse for FrontError {
+    fn into_response(self) -> Response {
+        let body = RpcError::new(self.code(), self.to_string()).to_null_id_response();
+        let mut resp = (
+            self.status(),
+            [(header::CONTENT_TYPE, "application/json")],
+            body,
+        )
+            .into_response();
+        if matches!(self, Self::MethodNotAllowed) {
+            resp.headers_mut()
+                .insert(header::ALLOW, HeaderValue::from_static("GET, POST, DELETE"));
+        }
+        resp
+    }
+}

@@ -1,0 +1,1016 @@
+//! The HTTP surface as a client sees it: response shapes (JSON / SSE), the GET
+//! stream, session lifecycle, DNS-rebinding protection, request validation,
+//! resumption, the legacy HTTP+SSE transport, idle expiry, colliding request ids,
+//! ping / re-initialize, and cancellation. Real gantry, real example backend over
+//! stdio, real HTTP on 127.0.0.1.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+mod common;
+use common::*;
+use futures::StreamExt;
+use gantry::sse::Event;
+use serde_json::{json, Value};
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::time::Duration;
+use tokio::time::Instant;
+
+// ---------------------------------------------------------------------------------
+// Helpers
+// ---------------------------------------------------------------------------------
+
+/// Upper bound on chunks read from one SSE body (every loop is bounded in count too).
+const MAX_CHUNKS: usize = 100_000;
+
+/// An SSE body read incrementally, event by event, each read bounded by a deadline.
+struct SseReader {
+    body: Pin<Box<dyn futures::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>,
+    parser: gantry::sse::Parser,
+    queue: VecDeque<Event>,
+    chunks: usize,
+    /// Everything received so far (for failure messages).
+    raw: String,
+}
+
+/// What one bounded read found.
+#[derive(Debug)]
+enum Next {
+    Event(Event),
+    /// The server ended the body.
+    End,
+    /// The deadline passed first.
+    Timeout,
+}
+
+impl SseReader {
+    fn new(resp: reqwest::Response) -> Self {
+        Self {
+            body: Box::pin(resp.bytes_stream()),
+            parser: gantry::sse::Parser::new(16 << 20),
+            queue: VecDeque::new(),
+            chunks: 0,
+            raw: String::new(),
+        }
+    }
+
+    /// The next event (keep-alive comments are skipped by the parser).
+    async fn next(&mut self, deadline: Instant) -> Next {
+        loop {
+            if let Some(e) = self.queue.pop_front() {
+                return Next::Event(e);
+            }
+            assert!(
+                self.chunks < MAX_CHUNKS,
+                "too many chunks on one SSE stream: {}",
+                self.raw
+            );
+            self.chunks += 1;
+            match tokio::time::timeout_at(deadline, self.body.next()).await {
+                Err(_) => return Next::Timeout,
+                Ok(None) => return Next::End,
+                // A reset connection is an end too; the caller asserts what it expected.
+                Ok(Some(Err(_))) => return Next::End,
+                Ok(Some(Ok(bytes))) => {
+                    self.raw.push_str(&String::from_utf8_lossy(&bytes));
+                    self.queue
+                        .extend(self.parser.feed(&bytes).expect("well-formed SSE"));
+                }
+            }
+        }
+    }
+
+    /// The next event, which must come before `deadline`.
+    async fn expect_event(&mut self, deadline: Instant) -> Event {
+        match self.next(deadline).await {
+            Next::Event(e) => e,
+            other => panic!(
+                "expected an SSE event, got {other:?}; stream so far: {}",
+                self.raw
+            ),
+        }
+    }
+
+    /// Reads until a JSON-RPC message satisfying `pred` arrives (before `deadline`).
+    async fn message_where(&mut self, deadline: Instant, pred: impl Fn(&Value) -> bool) -> Value {
+        loop {
+            let e = self.expect_event(deadline).await;
+            if e.data.trim().is_empty() {
+                continue;
+            }
+            let v: Value = serde_json::from_str(&e.data).expect("SSE data is JSON");
+            if pred(&v) {
+                return v;
+            }
+        }
+    }
+}
+
+fn deadline(secs: u64) -> Instant {
+    Instant::now() + Duration::from_secs(secs)
+}
+
+/// A POST to the MCP endpoint with exactly this Accept (none if `None`) and the
+/// client's session headers; nothing else added.
+fn post_accepting(c: &Client, accept: Option<&str>) -> reqwest::RequestBuilder {
+    let mut rb = c
+        .http
+        .post(&c.url)
+        .header("content-type", "application/json");
+    if let Some(a) = accept {
+        rb = rb.header("accept", a);
+    }
+    if let Some(s) = &c.session {
+        rb = rb
+            .header("mcp-session-id", s)
+            .header("mcp-protocol-version", &c.version);
+    }
+    rb
+}
+
+fn rpc(id: Value, method: &str, params: Value) -> String {
+    json!({"jsonrpc":"2.0","id":id,"method":method,"params":params}).to_string()
+}
+
+fn echo(id: Value, message: &str) -> String {
+    rpc(
+        id,
+        "tools/call",
+        json!({"name":"echo","arguments":{"message":message}}),
+    )
+}
+
+/// The body of an HTTP-level rejection: a JSON-RPC error with `"id": null`.
+fn assert_http_error(r: &Reply, status: u16, code: Option<i64>) {
+    assert_eq!(r.status, status, "status; body: {}", r.raw);
+    assert!(
+        r.content_type().starts_with("application/json"),
+        "content-type {:?}; body: {}",
+        r.content_type(),
+        r.raw
+    );
+    let v: Value = serde_json::from_str(&r.raw)
+        .unwrap_or_else(|e| panic!("error body is not JSON ({e}): {}", r.raw));
+    assert_eq!(v["jsonrpc"], "2.0", "{}", r.raw);
+    assert!(
+        v.get("id").is_some_and(Value::is_null),
+        "error body must carry \"id\": null: {}",
+        r.raw
+    );
+    assert!(v["error"]["code"].is_i64(), "error.code: {}", r.raw);
+    assert!(
+        v["error"]["message"].is_string(),
+        "error.message: {}",
+        r.raw
+    );
+    if let Some(code) = code {
+        assert_eq!(v["error"]["code"], json!(code), "{}", r.raw);
+    }
+}
+
+/// `<stream>_<seq>` with both parts numbers.
+fn split_event_id(id: &str) -> (u64, u64) {
+    let (a, b) = id
+        .split_once('_')
+        .unwrap_or_else(|| panic!("event id {id:?} is not <stream>_<seq>"));
+    (a.parse().unwrap(), b.parse().unwrap())
+}
+
+/// All events of a complete SSE body.
+fn sse_events(raw: &str) -> Vec<Event> {
+    gantry::sse::Parser::new(64 << 20)
+        .feed(raw.as_bytes())
+        .unwrap()
+}
+
+fn config_with(server: &str) -> String {
+    format!(
+        "[server]\n{server}\n\n[[backends]]\nname = \"example\"\nstdio = {{ command = \"{}\" }}\n",
+        example_bin().to_str().unwrap()
+    )
+}
+
+fn text_of(resp: &Value) -> &str {
+    resp["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no text content in {resp}"))
+}
+
+// ---------------------------------------------------------------------------------
+// 1. Response shapes and id types
+// ---------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn json_response_when_client_accepts_only_json() {
+    let g = Gantry::example_stdio();
+    let mut c = g.client();
+    c.initialize().await;
+    let resp = post_accepting(&c, Some("application/json"))
+        .body(echo(json!(5), "as json"))
+        .send()
+        .await
+        .unwrap();
+    let r = Client::read(resp).await;
+    assert_eq!(r.status, 200, "{}", r.raw);
+    assert!(
+        r.content_type().starts_with("application/json"),
+        "content-type {}",
+        r.content_type()
+    );
+    let v: Value = serde_json::from_str(&r.raw).expect("one JSON object");
+    assert_eq!(v["jsonrpc"], "2.0");
+    assert_eq!(v["id"], json!(5));
+    assert_eq!(text_of(&v), "as json");
+}
+
+#[tokio::test]
+async fn sse_response_with_priming_event_and_event_ids() {
+    let g = Gantry::example_stdio();
+    let mut c = g.client();
+    c.initialize().await;
+    let resp = post_accepting(&c, Some("application/json, text/event-stream"))
+        .body(echo(json!(6), "as sse"))
+        .send()
+        .await
+        .unwrap();
+    let r = Client::read(resp).await;
+    assert_eq!(r.status, 200, "{}", r.raw);
+    assert!(
+        r.content_type().starts_with("text/event-stream"),
+        "content-type {}",
+        r.content_type()
+    );
+    let events = sse_events(&r.raw);
+    assert!(events.len() >= 2, "expected priming + response: {}", r.raw);
+    // 2025-11-25: the first event primes reconnection: an id and empty data.
+    let priming = &events[0];
+    assert!(
+        priming.data.trim().is_empty(),
+        "first event must be the priming event: {}",
+        r.raw
+    );
+    let (stream, seq0) = split_event_id(priming.id.as_deref().expect("priming event id"));
+    // Every message event carries an id on the same stream, after the priming one.
+    let messages: Vec<&Event> = events
+        .iter()
+        .filter(|e| !e.data.trim().is_empty())
+        .collect();
+    assert!(!messages.is_empty(), "{}", r.raw);
+    for e in &messages {
+        let (s, seq) = split_event_id(
+            e.id.as_deref()
+                .unwrap_or_else(|| panic!("message without id: {}", r.raw)),
+        );
+        assert_eq!(s, stream, "{}", r.raw);
+        assert!(seq > seq0, "{}", r.raw);
+    }
+    let resp = r
+        .response(&json!(6))
+        .unwrap_or_else(|| panic!("no response: {}", r.raw));
+    assert_eq!(text_of(resp), "as sse");
+}
+
+#[tokio::test]
+async fn response_ids_keep_their_json_type() {
+    let g = Gantry::example_stdio();
+    let mut c = g.client();
+    c.initialize().await;
+    for accept in ["application/json", "application/json, text/event-stream"] {
+        for (id, msg) in [(json!("1"), "string id"), (json!(1), "number id")] {
+            let resp = post_accepting(&c, Some(accept))
+                .body(echo(id.clone(), msg))
+                .send()
+                .await
+                .unwrap();
+            let r = Client::read(resp).await;
+            assert_eq!(r.status, 200, "{}", r.raw);
+            let responses: Vec<&Value> = r
+                .messages
+                .iter()
+                .filter(|m| m.get("result").is_some() || m.get("error").is_some())
+                .collect();
+            assert_eq!(responses.len(), 1, "{}", r.raw);
+            // serde_json::Value keeps 1 and "1" apart.
+            assert_eq!(
+                responses[0]["id"], id,
+                "[{accept}] id type changed: {}",
+                r.raw
+            );
+            assert_eq!(text_of(responses[0]), msg);
+            let exact = format!("\"id\":{id}");
+            assert!(
+                r.raw.replace(' ', "").contains(&exact),
+                "[{accept}] raw body lacks {exact}: {}",
+                r.raw
+            );
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// 2. The GET stream
+// ---------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn get_stream_delivers_resource_updates() {
+    let g = Gantry::example_stdio();
+    let mut c = g.client();
+    c.initialize().await;
+    let r = c
+        .request(
+            json!(2),
+            "resources/subscribe",
+            json!({"uri": "test://watched-resource"}),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.raw);
+    let sub = r
+        .response(&json!(2))
+        .unwrap_or_else(|| panic!("no subscribe response: {}", r.raw));
+    assert!(sub.get("error").is_none(), "subscribe failed: {sub}");
+
+    let resp = c
+        .http
+        .get(&c.url)
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", c.session.as_deref().unwrap())
+        .header("mcp-protocol-version", &c.version)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let ct = resp
+        .headers()
+        .get("content-type")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(ct.starts_with("text/event-stream"), "content-type {ct}");
+    let mut sse = SseReader::new(resp);
+    // Updates come every second; allow a generous bound on a loaded machine.
+    let n = sse
+        .message_where(deadline(10), |m| {
+            m["method"] == "notifications/resources/updated"
+        })
+        .await;
+    assert_eq!(n["params"]["uri"], "test://watched-resource", "{n}");
+    assert!(n.get("id").is_none(), "a notification has no id: {n}");
+}
+
+// ---------------------------------------------------------------------------------
+// 3. Session lifecycle
+// ---------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn delete_ends_the_session() {
+    let g = Gantry::example_stdio();
+    let mut c = g.client();
+    c.initialize().await;
+    let sid = c.session.clone().unwrap();
+    let del = c
+        .http
+        .delete(&c.url)
+        .header("mcp-session-id", &sid)
+        .header("mcp-protocol-version", &c.version)
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        del.status().is_success(),
+        "DELETE answered {}",
+        del.status()
+    );
+    let r = Client::read(
+        post_accepting(&c, Some("application/json, text/event-stream"))
+            .body(echo(json!(1), "x"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_http_error(&r, 404, None);
+    // A second DELETE of the same session finds nothing either.
+    let del2 = c
+        .http
+        .delete(&c.url)
+        .header("mcp-session-id", &sid)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(del2.status(), 404);
+}
+
+#[tokio::test]
+async fn unknown_session_is_404_and_missing_session_is_400() {
+    let g = Gantry::example_stdio();
+    let mut c = g.client();
+    c.initialize().await;
+    // Well-formed but never issued, and malformed: both simply unknown.
+    for bogus in ["0123456789abcdef0123456789abcdef", "not-a-session"] {
+        let mut other = g.client();
+        other.session = Some(bogus.to_owned());
+        let r = other.request(json!(1), "tools/list", json!({})).await;
+        assert_http_error(&r, 404, None);
+    }
+    let r = Client::read(
+        c.http
+            .post(&c.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(rpc(json!(1), "tools/list", json!({})))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_http_error(&r, 400, None);
+    // The real session is unaffected.
+    let r = c
+        .call_tool(json!(9), "echo", json!({"message": "still here"}))
+        .await;
+    assert_eq!(text_of(&r), "still here");
+}
+
+// ---------------------------------------------------------------------------------
+// 4. DNS-rebinding protection
+// ---------------------------------------------------------------------------------
+
+fn init_body() -> String {
+    rpc(
+        json!(0),
+        "initialize",
+        json!({"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"gantry-tests","version":"1"}}),
+    )
+}
+
+#[tokio::test]
+async fn foreign_host_and_origin_are_refused_loopback_origin_accepted() {
+    let g = Gantry::example_stdio();
+    let c = g.client();
+    let post = |host: Option<&str>, origin: Option<&str>| {
+        let mut rb =
+            post_accepting(&c, Some("application/json, text/event-stream")).body(init_body());
+        if let Some(h) = host {
+            rb = rb.header("host", h);
+        }
+        if let Some(o) = origin {
+            rb = rb.header("origin", o);
+        }
+        rb
+    };
+    let r = Client::read(post(Some("evil.example.com"), None).send().await.unwrap()).await;
+    assert_http_error(&r, 403, None);
+    assert!(r.headers.get("mcp-session-id").is_none());
+    let r = Client::read(
+        post(None, Some("http://evil.example.com"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_http_error(&r, 403, None);
+    let r = Client::read(
+        post(Some("evil.example.com:80"), Some("http://evil.example.com"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_http_error(&r, 403, None);
+    // GET and DELETE are protected as well.
+    let r = Client::read(
+        c.http
+            .get(&c.url)
+            .header("accept", "text/event-stream")
+            .header("origin", "http://evil.example.com")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.status, 403, "{}", r.raw);
+
+    let port = g.base.rsplit(':').next().unwrap().to_owned();
+    for origin in [
+        "http://localhost:3000",
+        "http://127.0.0.1:5173",
+        &format!("http://127.0.0.1:{port}"),
+    ] {
+        let r = Client::read(post(None, Some(origin)).send().await.unwrap()).await;
+        assert_eq!(r.status, 200, "Origin {origin} refused: {}", r.raw);
+        assert!(
+            r.headers.get("mcp-session-id").is_some(),
+            "Origin {origin}: no session"
+        );
+        assert!(
+            r.response(&json!(0))
+                .is_some_and(|m| m.get("result").is_some()),
+            "{}",
+            r.raw
+        );
+    }
+    let r = Client::read(
+        post(
+            Some(&format!("localhost:{port}")),
+            Some("http://localhost:3000"),
+        )
+        .send()
+        .await
+        .unwrap(),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.raw);
+}
+
+// ---------------------------------------------------------------------------------
+// 5. Request validation
+// ---------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn malformed_requests_get_precise_http_errors() {
+    let g = Gantry::with_config(&config_with("max_body_bytes = 2048"));
+    let mut c = g.client();
+    c.initialize().await;
+    let both = Some("application/json, text/event-stream");
+
+    // Oversized, with a Content-Length...
+    let big = echo(json!(1), &"x".repeat(4096));
+    let r = Client::read(
+        post_accepting(&c, both)
+            .body(big.clone())
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_http_error(&r, 413, None);
+    // ...and chunked, without one.
+    let chunks: Vec<Result<bytes::Bytes, std::io::Error>> = big
+        .as_bytes()
+        .chunks(512)
+        .map(|b| Ok(bytes::Bytes::copy_from_slice(b)))
+        .collect();
+    let r = Client::read(
+        post_accepting(&c, both)
+            .body(reqwest::Body::wrap_stream(futures::stream::iter(chunks)))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_http_error(&r, 413, None);
+    // A body within the limit still works.
+    let r = c
+        .call_tool(json!(2), "echo", json!({"message": "small"}))
+        .await;
+    assert_eq!(text_of(&r), "small");
+
+    // Not JSON.
+    let r = Client::read(
+        post_accepting(&c, both)
+            .body("{\"jsonrpc\":\"2.0\",")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_http_error(&r, 400, Some(-32700));
+    // JSON, but not JSON-RPC.
+    let r = Client::read(
+        post_accepting(&c, both)
+            .body("{\"hello\":\"world\"}")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_http_error(&r, 400, Some(-32600));
+    // Wrong Content-Type.
+    let r = Client::read(
+        c.http
+            .post(&c.url)
+            .header("content-type", "text/plain")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-session-id", c.session.as_deref().unwrap())
+            .header("mcp-protocol-version", &c.version)
+            .body(echo(json!(3), "x"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_http_error(&r, 415, None);
+    // Accept lists neither JSON nor SSE.
+    let r = Client::read(
+        post_accepting(&c, Some("text/html"))
+            .body(echo(json!(4), "x"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_http_error(&r, 406, None);
+    // Unsupported protocol version header.
+    let r = Client::read(
+        c.http
+            .post(&c.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-session-id", c.session.as_deref().unwrap())
+            .header("mcp-protocol-version", "1999-01-01")
+            .body(echo(json!(5), "x"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_http_error(&r, 400, None);
+    // None of that hurt the session.
+    let r = c
+        .call_tool(json!(6), "echo", json!({"message": "fine"}))
+        .await;
+    assert_eq!(text_of(&r), "fine");
+}
+
+// ---------------------------------------------------------------------------------
+// 6. Resumption
+// ---------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn resumes_a_dropped_response_stream_with_last_event_id() {
+    let g = Gantry::example_stdio();
+    let mut c = g.client();
+    c.initialize().await;
+    let body = rpc(
+        json!(11),
+        "tools/call",
+        json!({"name":"slow","arguments":{"ms":800}}),
+    );
+    let resp = post_accepting(&c, Some("application/json, text/event-stream"))
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut sse = SseReader::new(resp);
+    let priming = sse.expect_event(deadline(10)).await;
+    assert!(
+        priming.data.trim().is_empty(),
+        "first event is not the priming event: {priming:?}"
+    );
+    let last = priming.id.clone().expect("priming event id");
+    split_event_id(&last);
+    drop(sse); // the connection goes away before the response exists
+
+    let resp = c
+        .http
+        .get(&c.url)
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", c.session.as_deref().unwrap())
+        .header("mcp-protocol-version", &c.version)
+        .header("last-event-id", &last)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut sse = SseReader::new(resp);
+    let answer = sse
+        .message_where(deadline(10), |m| m.get("id") == Some(&json!(11)))
+        .await;
+    assert_eq!(text_of(&answer), "done", "{answer}");
+    // The resumed stream is the request's stream: it ends after the response.
+    match sse.next(deadline(10)).await {
+        Next::End => {}
+        other => panic!(
+            "resumed stream did not end after the response: {other:?}; {}",
+            sse.raw
+        ),
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// 7. Legacy HTTP+SSE
+// ---------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn legacy_http_sse_round_trip() {
+    let g = Gantry::example_stdio();
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let resp = http
+        .get(format!("{}/sse", g.base))
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut sse = SseReader::new(resp);
+    let endpoint = sse.expect_event(deadline(10)).await;
+    assert_eq!(endpoint.event, "endpoint", "{endpoint:?}");
+    let path = endpoint.data.trim().to_owned();
+    assert!(path.starts_with("/messages?sessionId="), "{path}");
+    let post_url = format!("{}{}", g.base, path);
+    let send = |body: String| {
+        let http = http.clone();
+        let url = post_url.clone();
+        async move {
+            http.post(url)
+                .header("content-type", "application/json")
+                .body(body)
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        }
+    };
+
+    let init = rpc(
+        json!(1),
+        "initialize",
+        json!({"protocolVersion":"2024-11-05","capabilities":{},"clientInfo":{"name":"legacy-test","version":"1"}}),
+    );
+    assert_eq!(send(init).await, 202);
+    let init = sse
+        .message_where(deadline(15), |m| m.get("id") == Some(&json!(1)))
+        .await;
+    assert_eq!(init["result"]["protocolVersion"], "2024-11-05", "{init}");
+    assert_eq!(
+        send(json!({"jsonrpc":"2.0","method":"notifications/initialized"}).to_string()).await,
+        202
+    );
+    assert_eq!(send(echo(json!("e"), "legacy hello")).await, 202);
+    let answer = sse
+        .message_where(deadline(15), |m| m.get("id") == Some(&json!("e")))
+        .await;
+    assert_eq!(text_of(&answer), "legacy hello", "{answer}");
+}
+
+// ---------------------------------------------------------------------------------
+// 8. Idle expiry
+// ---------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn idle_session_expires() {
+    let g = Gantry::with_config(&config_with("session_idle_timeout = \"1s\""));
+    let mut c = g.client();
+    c.initialize().await;
+    // Every request that finds the session keeps it alive, so probe less often than
+    // the idle timeout; give up after ~10 s.
+    let start = Instant::now();
+    let mut last = 0;
+    for _ in 0..8 {
+        if start.elapsed() > Duration::from_secs(10) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let r = c.request(json!(1), "ping", json!({})).await;
+        last = r.status;
+        if r.status == 404 {
+            assert_http_error(&r, 404, None);
+            return;
+        }
+        assert_eq!(r.status, 200, "{}", r.raw);
+    }
+    panic!(
+        "session still usable after {:?} (last status {last})",
+        start.elapsed()
+    );
+}
+
+// ---------------------------------------------------------------------------------
+// 9. Colliding request ids
+// ---------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn colliding_ids_across_and_within_sessions() {
+    let g = Gantry::example_stdio();
+    let sessions = (0..50).map(|s| {
+        let url = g.url.clone();
+        tokio::spawn(async move {
+            let mut c = Client::new(&url);
+            c.initialize().await;
+            let c = &c;
+            // Same id twice in flight (SSE and JSON), and the string "1".
+            let calls = [
+                (
+                    json!(1),
+                    format!("session {s} first"),
+                    "application/json, text/event-stream",
+                ),
+                (json!(1), format!("session {s} second"), "application/json"),
+                (
+                    json!(1),
+                    format!("session {s} third"),
+                    "application/json, text/event-stream",
+                ),
+                (
+                    json!("1"),
+                    format!("session {s} string"),
+                    "application/json, text/event-stream",
+                ),
+                (
+                    json!("1"),
+                    format!("session {s} string json"),
+                    "application/json",
+                ),
+            ];
+            let replies =
+                futures::future::join_all(calls.iter().map(|(id, msg, accept)| async move {
+                    let r = Client::read(
+                        post_accepting(c, Some(accept))
+                            .body(echo(id.clone(), msg))
+                            .send()
+                            .await
+                            .unwrap(),
+                    )
+                    .await;
+                    (id, msg, r)
+                }))
+                .await;
+            for (id, msg, r) in replies {
+                assert_eq!(r.status, 200, "{}", r.raw);
+                let responses: Vec<&Value> = r
+                    .messages
+                    .iter()
+                    .filter(|m| m.get("result").is_some() || m.get("error").is_some())
+                    .collect();
+                assert_eq!(responses.len(), 1, "session {s}: {}", r.raw);
+                assert_eq!(
+                    &responses[0]["id"], id,
+                    "session {s}: id changed: {}",
+                    r.raw
+                );
+                assert_eq!(
+                    text_of(responses[0]),
+                    msg.as_str(),
+                    "session {s}: crossed replies: {}",
+                    r.raw
+                );
+            }
+        })
+    });
+    for t in futures::future::join_all(sessions).await {
+        t.unwrap();
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// 10. ping and re-initialize
+// ---------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn ping_is_answered_with_an_empty_object() {
+    let g = Gantry::example_stdio();
+    let mut c = g.client();
+    c.initialize().await;
+    for accept in ["application/json", "application/json, text/event-stream"] {
+        let r = Client::read(
+            post_accepting(&c, Some(accept))
+                .body(rpc(json!("p"), "ping", json!({})))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(r.status, 200, "{}", r.raw);
+        let p = r
+            .response(&json!("p"))
+            .unwrap_or_else(|| panic!("no ping response: {}", r.raw));
+        assert_eq!(p["result"], json!({}), "{p}");
+    }
+    // `params` is optional for ping.
+    let r = c
+        .post(&json!({"jsonrpc":"2.0","id":3,"method":"ping"}))
+        .await;
+    assert_eq!(
+        r.response(&json!(3)).unwrap()["result"],
+        json!({}),
+        "{}",
+        r.raw
+    );
+}
+
+#[tokio::test]
+async fn second_initialize_on_an_established_session_is_an_error() {
+    let g = Gantry::example_stdio();
+    let mut c = g.client();
+    c.initialize().await;
+    let sid = c.session.clone().unwrap();
+    let body = rpc(
+        json!(42),
+        "initialize",
+        json!({"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"again","version":"1"}}),
+    );
+    let r = Client::read(
+        post_accepting(&c, Some("application/json, text/event-stream"))
+            .body(body)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    // Either an HTTP-level rejection or a JSON-RPC error response: never a success.
+    let err = r
+        .messages
+        .iter()
+        .find(|m| m.get("error").is_some())
+        .unwrap_or_else(|| {
+            panic!(
+                "second initialize was not an error (status {}): {}",
+                r.status, r.raw
+            )
+        });
+    assert!(err["error"]["code"].is_i64(), "{err}");
+    assert!(
+        r.response(&json!(42))
+            .is_none_or(|m| m.get("result").is_none()),
+        "{}",
+        r.raw
+    );
+    let new_sid = r
+        .headers
+        .get("mcp-session-id")
+        .map(|v| v.to_str().unwrap().to_owned());
+    assert!(
+        new_sid.is_none() || new_sid.as_deref() == Some(sid.as_str()),
+        "a second session was created: {new_sid:?}"
+    );
+    // The established session still works.
+    let ok = c
+        .call_tool(json!(43), "echo", json!({"message": "unchanged"}))
+        .await;
+    assert_eq!(text_of(&ok), "unchanged");
+}
+
+// ---------------------------------------------------------------------------------
+// 11. Cancellation
+// ---------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn cancelled_request_ends_its_stream_without_a_response() {
+    let g = Gantry::example_stdio();
+    let mut c = g.client();
+    c.initialize().await;
+    let started = Instant::now();
+    let body = rpc(
+        json!(7),
+        "tools/call",
+        json!({"name":"slow","arguments":{"ms":5000}}),
+    );
+    let resp = post_accepting(&c, Some("application/json, text/event-stream"))
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut sse = SseReader::new(resp);
+    let priming = sse.expect_event(deadline(10)).await;
+    assert!(priming.data.trim().is_empty(), "{priming:?}");
+
+    let status = c
+        .notify(
+            "notifications/cancelled",
+            json!({"requestId": 7, "reason": "user pressed stop"}),
+        )
+        .await;
+    assert_eq!(status, 202);
+    let end_by = started + Duration::from_millis(4000);
+    loop {
+        match sse.next(end_by).await {
+            Next::End => break,
+            Next::Timeout => panic!(
+                "stream still open {:?} after the cancellation: {}",
+                started.elapsed(),
+                sse.raw
+            ),
+            Next::Event(e) => {
+                if e.data.trim().is_empty() {
+                    continue;
+                }
+                let m: Value = serde_json::from_str(&e.data).unwrap();
+                assert!(
+                    m.get("id") != Some(&json!(7)),
+                    "a cancelled request was answered: {m}"
+                );
+            }
+        }
+    }
+    assert!(
+        started.elapsed() < Duration::from_millis(4000),
+        "{:?}",
+        started.elapsed()
+    );
+    // The session carries on.
+    let ok = c
+        .call_tool(json!(8), "echo", json!({"message": "after cancel"}))
+        .await;
+    assert_eq!(text_of(&ok), "after cancel");
+}
