@@ -5,6 +5,7 @@
 
 pub mod call;
 pub mod config;
+pub mod example;
 pub mod front;
 pub mod jsonrpc;
 pub mod router;

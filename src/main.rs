@@ -40,21 +40,19 @@ enum Command {
         /// The file to check.
         file: PathBuf,
     },
+    /// Run the built-in example MCP server over stdio (the demo backend).
+    #[command(hide = true)]
+    ExampleServer,
 }
 
+/// The demo backend: this same executable running the built-in example server.
 fn demo_backend() -> anyhow::Result<config::BackendConfig> {
     let exe = std::env::current_exe().context("cannot locate the gantry executable")?;
-    let example = exe.with_file_name("gantry-example");
-    if !example.is_file() {
-        anyhow::bail!(
-            "no backend configured and the demo server {} is missing; build it with `cargo build --release` or pass --stdio / --http / --config",
-            example.display()
-        );
-    }
-    let line = shlex::try_quote(&example.to_string_lossy())
+    let quoted = shlex::try_quote(&exe.to_string_lossy())
         .map(|q| q.into_owned())
-        .context("the demo server path cannot be quoted")?;
-    config::stdio_backend("example", &line).map_err(anyhow::Error::msg)
+        .context("the gantry executable path cannot be quoted")?;
+    config::stdio_backend("example", &format!("{quoted} example-server"))
+        .map_err(anyhow::Error::msg)
 }
 
 fn build_config(cli: &Cli) -> anyhow::Result<Config> {
@@ -85,7 +83,7 @@ fn build_config(cli: &Cli) -> anyhow::Result<Config> {
         };
         file.backends.push(config::http_backend(&name, url));
     }
-    if file.backends.is_empty() {
+    if file.backends.is_empty() && cli.config.is_none() {
         file.backends.push(demo_backend()?);
     }
     if let Some(l) = &cli.listen {
@@ -121,6 +119,26 @@ fn check_config(path: &Path) -> std::process::ExitCode {
     }
 }
 
+fn example_server() -> std::process::ExitCode {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cannot start the runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(gantry::example::serve_stdio()) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("example server: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
 async fn shutdown_signal(stop: CancellationToken) {
     use tokio::signal::unix::{signal, SignalKind};
     let (Ok(mut term), Ok(mut int)) = (
@@ -130,17 +148,21 @@ async fn shutdown_signal(stop: CancellationToken) {
         tracing::error!("cannot install signal handlers");
         return;
     };
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM received; shutting down"),
-        _ = int.recv() => tracing::info!("SIGINT received; shutting down"),
-    }
+    let which = tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+    };
+    // Stop first: logging can fail (a closed stderr) and must not lose the signal.
     stop.cancel();
+    tracing::info!("{which} received; shutting down");
 }
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    if let Some(Command::CheckConfig { file }) = &cli.command {
-        return check_config(file);
+    match &cli.command {
+        Some(Command::CheckConfig { file }) => return check_config(file),
+        Some(Command::ExampleServer) => return example_server(),
+        None => {}
     }
     telemetry::init(cli.log_format);
     let rt = match tokio::runtime::Builder::new_multi_thread()

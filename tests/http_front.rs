@@ -1014,3 +1014,68 @@ async fn cancelled_request_ends_its_stream_without_a_response() {
         .await;
     assert_eq!(text_of(&ok), "after cancel");
 }
+
+/// A browser page on an allowed origin can read the session id (CORS), and its
+/// preflight needs no session.
+#[tokio::test]
+async fn cors_for_allowed_origins() {
+    let g = Gantry::example_stdio();
+    let http = reqwest::Client::new();
+    let origin = "http://localhost:6274";
+    let pre = http
+        .request(reqwest::Method::OPTIONS, &g.url)
+        .header("origin", origin)
+        .header("access-control-request-method", "POST")
+        .header(
+            "access-control-request-headers",
+            "content-type, mcp-session-id",
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(pre.status().as_u16(), 204);
+    let h = pre.headers();
+    assert_eq!(h.get("access-control-allow-origin").unwrap(), origin);
+    let allowed = h
+        .get("access-control-allow-headers")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_ascii_lowercase();
+    assert!(allowed.contains("mcp-session-id") && allowed.contains("content-type"));
+    let mut c = g.client();
+    let r = c
+        .post_builder()
+        .header("origin", origin)
+        .body(
+            json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
+                "protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"b","version":"1"}}})
+            .to_string(),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let expose = r
+        .headers()
+        .get("access-control-expose-headers")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_ascii_lowercase();
+    assert!(expose.contains("mcp-session-id"));
+    assert_eq!(
+        r.headers().get("access-control-allow-origin").unwrap(),
+        origin
+    );
+    c.session = None;
+    // A refused origin gets no CORS grant at all.
+    let bad = http
+        .request(reqwest::Method::OPTIONS, &g.url)
+        .header("origin", "http://evil.example.com")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status().as_u16(), 403);
+    assert!(bad.headers().get("access-control-allow-origin").is_none());
+}

@@ -311,6 +311,15 @@ impl ConfigFile {
                 self.server.path
             ));
         }
+        if ["/healthz", "/readyz", "/sse", "/messages"].contains(&self.server.path.as_str()) {
+            problems.push(format!(
+                "server.path: `{}` is already used by Gantry; choose another, like /mcp",
+                self.server.path
+            ));
+        }
+        if self.server.sse_retry < Duration::from_millis(10) {
+            problems.push("server.sse_retry: must be at least 10ms".into());
+        }
         if self.server.max_body_bytes < 1024 {
             problems.push("server.max_body_bytes: must be at least 1024".into());
         }
@@ -420,6 +429,14 @@ impl ConfigFile {
             }
             if b.request_timeout < Duration::from_millis(10) {
                 problems.push(format!("{key}.request_timeout: must be at least 10ms"));
+            }
+            if b.init_timeout < Duration::from_millis(100) {
+                problems.push(format!("{key}.init_timeout: must be at least 100ms"));
+            }
+            if b.restart.initial_backoff < Duration::from_millis(1) {
+                problems.push(format!(
+                    "{key}.restart.initial_backoff: must be at least 1ms"
+                ));
             }
             if b.max_message_bytes < 1024 {
                 problems.push(format!("{key}.max_message_bytes: must be at least 1024"));

@@ -169,7 +169,40 @@ async fn check_origin(State(app): State<Arc<App>>, req: HttpRequest, next: Next)
         tracing::info!(%why, "request refused (DNS-rebinding protection)");
         return FrontError::Forbidden(why).into_response();
     }
-    next.run(req).await
+    // The Origin passed the policy: browsers may talk to us (CORS). Preflights never
+    // need a session or credentials.
+    let cors_origin = origin.and_then(|o| HeaderValue::from_str(o).ok());
+    let mut resp = if req.method() == Method::OPTIONS && cors_origin.is_some() {
+        let mut r = StatusCode::NO_CONTENT.into_response();
+        let h = r.headers_mut();
+        h.insert(
+            header::ACCESS_CONTROL_ALLOW_METHODS,
+            HeaderValue::from_static("GET, POST, DELETE, OPTIONS"),
+        );
+        h.insert(
+            header::ACCESS_CONTROL_ALLOW_HEADERS,
+            HeaderValue::from_static(
+                "Authorization, Content-Type, Accept, Mcp-Session-Id, MCP-Protocol-Version, Last-Event-ID, Mcp-Method, Mcp-Name",
+            ),
+        );
+        h.insert(
+            header::ACCESS_CONTROL_MAX_AGE,
+            HeaderValue::from_static("600"),
+        );
+        r
+    } else {
+        next.run(req).await
+    };
+    if let Some(o) = cors_origin {
+        let h = resp.headers_mut();
+        h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, o);
+        h.insert(
+            header::ACCESS_CONTROL_EXPOSE_HEADERS,
+            HeaderValue::from_static("Mcp-Session-Id, MCP-Protocol-Version, WWW-Authenticate"),
+        );
+        h.append(header::VARY, HeaderValue::from_static("Origin"));
+    }
+    resp
 }
 
 /// What the client's `Accept` allows.
@@ -649,5 +682,6 @@ pub async fn serve(
     let _ = drain.await;
     drained.cancelled().await;
     app.sessions.end_all().await;
+    app.router.shutdown().await;
     result
 }

@@ -143,6 +143,13 @@ impl Router {
         }
     }
 
+    /// Shuts down the shared backend connections (per-session ones end with their
+    /// sessions).
+    pub async fn shutdown(&self) {
+        let shared = self.slots.iter().filter_map(|s| s.shared.get());
+        futures::future::join_all(shared.map(|c| c.shutdown())).await;
+    }
+
     /// Backend names, in configuration order.
     pub fn backend_names(&self) -> Vec<String> {
         self.slots.iter().map(|s| s.cfg.name.clone()).collect()

@@ -34,7 +34,7 @@ use rmcp::{
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-use crate::{
+use crate::example::{
     fixtures::{self, PNG_BASE64, WAV_BASE64},
     sessions::{ReconnectableSessions, StreamClosed},
 };
