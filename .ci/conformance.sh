@@ -23,7 +23,7 @@ start() {
   "$@" >/dev/null 2>"$log" &
   pids+=($!)
   for _ in $(seq 1 300); do
-    url=$(grep -o 'listening on http://[^ ]*' "$log" | head -n1 | sed 's/listening on //') || true
+    url=$(grep -o 'listening on http://[^ ]*' "$log" 2>/dev/null | head -n1 | sed 's/listening on //') || true
     if [[ -n $url ]]; then return 0; fi
     sleep 0.1
   done

@@ -3,6 +3,7 @@
 //! ever misrouted.
 #![forbid(unsafe_code)]
 
+pub mod auth;
 pub mod call;
 pub mod config;
 pub mod example;

@@ -192,13 +192,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         .with_context(|| format!("cannot listen on {}", cfg.listen))?;
     let addr = listener.local_addr()?;
     let path = cfg.server.path.clone();
-    if !addr.ip().is_loopback() {
+    if !addr.ip().is_loopback() && cfg.auth.api_keys.is_empty() {
         tracing::warn!(%addr, "listening beyond loopback without authentication: every caller is the anonymous principal");
     }
     let backends: Vec<String> = cfg.backends.iter().map(|b| b.name.clone()).collect();
     tracing::info!(backends = ?backends, "listening on http://{addr}{path}");
     eprintln!("gantry listening on http://{addr}{path}");
-    let app = gantry::front::App::new(cfg);
+    let app = gantry::front::App::new(cfg)?;
     let stop = CancellationToken::new();
     tokio::spawn(shutdown_signal(stop.clone()));
     gantry::front::serve(app, listener, stop).await?;

@@ -53,6 +53,9 @@ pub struct ConfigFile {
     /// The MCP servers behind Gantry.
     #[serde(default)]
     pub backends: Vec<BackendConfig>,
+    /// Who may call Gantry. Default: no keys, every caller is anonymous.
+    #[serde(default)]
+    pub auth: AuthConfig,
 }
 
 /// The HTTP front door.
@@ -87,6 +90,9 @@ pub struct ServerConfig {
     pub sse_retry: Duration,
     /// Serve the legacy 2024-11-05 HTTP+SSE transport at `/sse` + `/messages`. Default true.
     pub legacy_sse: bool,
+    /// Serve Prometheus metrics at `/metrics` (outside the Host and auth checks, like
+    /// the health endpoints). Default true.
+    pub metrics: bool,
     /// On SIGTERM, how long in-flight requests may take to finish. Default `10s`.
     #[serde(with = "humantime_serde")]
     pub shutdown_grace: Duration,
@@ -106,6 +112,7 @@ impl Default for ServerConfig {
             event_buffer: 256,
             sse_retry: Duration::from_secs(1),
             legacy_sse: true,
+            metrics: true,
             shutdown_grace: Duration::from_secs(10),
         }
     }
@@ -124,6 +131,36 @@ impl Default for NamespacingConfig {
         Self {
             separator: "__".into(),
         }
+    }
+}
+
+/// Who may call Gantry (`[auth]`).
+#[derive(Debug, Default, Deserialize, Clone)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    /// Static API keys (`[[auth.api_keys]]`). Empty (default): authentication is off
+    /// and every caller is the one anonymous principal. Otherwise every request to
+    /// the MCP endpoint and the legacy transport must present one of these keys.
+    pub api_keys: Vec<ApiKeyConfig>,
+}
+
+/// One API key, stored as its SHA-256 only (`printf %s KEY | sha256sum`).
+#[derive(Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct ApiKeyConfig {
+    /// Whom the key identifies: 1-64 characters of `A-Z a-z 0-9 _ - . @`; not
+    /// `anonymous`. Several keys may name one principal (rotation).
+    pub principal: String,
+    /// SHA-256 of the key, 64 hexadecimal characters (either case). Unique.
+    pub sha256: String,
+}
+
+impl std::fmt::Debug for ApiKeyConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiKeyConfig")
+            .field("principal", &self.principal)
+            .field("sha256", &"<redacted>")
+            .finish()
     }
 }
 
@@ -148,12 +185,23 @@ pub struct BackendConfig {
     #[serde(default = "default_max_message_bytes")]
     pub max_message_bytes: usize,
     /// `per-session` (default; one connection per client session, exact attribution of
-    /// server→client traffic) or `shared` (one connection for all sessions).
+    /// server→client traffic), `shared` (one connection for all sessions) or
+    /// `per-user` (one connection per principal).
     #[serde(default)]
     pub session_mode: SessionMode,
+    /// Client capabilities Gantry declares to a `shared` or `per-user` backend
+    /// (e.g. `{ roots = {} }`). Default `{}`: such a backend is not offered sampling,
+    /// elicitation or roots, since its requests cannot always be attributed to one
+    /// client. (`per-session` backends get the client's own capabilities.)
+    #[serde(default = "empty_table")]
+    pub client_capabilities: serde_json::Value,
     /// Crash restart backoff.
     #[serde(default)]
     pub restart: RestartConfig,
+}
+
+fn empty_table() -> serde_json::Value {
+    serde_json::Value::Object(serde_json::Map::new())
 }
 
 fn default_request_timeout() -> Duration {
@@ -175,6 +223,8 @@ pub enum SessionMode {
     PerSession,
     /// One backend connection shared by every client session.
     Shared,
+    /// One backend connection per authenticated principal, shared by its sessions.
+    PerUser,
 }
 
 /// Restart policy of a crashed backend.
@@ -264,6 +314,8 @@ pub struct Config {
     pub namespacing: NamespacingConfig,
     /// Backends, at least one.
     pub backends: Vec<BackendConfig>,
+    /// Authentication (validated: principals well-formed, digests 64 hex, unique).
+    pub auth: AuthConfig,
 }
 
 impl Config {
@@ -430,6 +482,9 @@ impl ConfigFile {
             if b.request_timeout < Duration::from_millis(10) {
                 problems.push(format!("{key}.request_timeout: must be at least 10ms"));
             }
+            if !b.client_capabilities.is_object() {
+                problems.push(format!("{key}.client_capabilities: must be a table"));
+            }
             if b.init_timeout < Duration::from_millis(100) {
                 problems.push(format!("{key}.init_timeout: must be at least 100ms"));
             }
@@ -447,17 +502,64 @@ impl ConfigFile {
                 ));
             }
         }
+        validate_auth(&mut self.auth, &mut problems);
         match (problems.is_empty(), listen) {
             (true, Some(listen)) => Ok(Config {
                 server: self.server,
                 listen,
                 namespacing: self.namespacing,
                 backends: self.backends,
+                auth: self.auth,
             }),
             _ => Err(ConfigError::Invalid {
                 path: origin.to_owned(),
                 problems,
             }),
+        }
+    }
+}
+
+/// Checks `[auth]`; lower-cases the digests. A digest's value is never echoed (a key
+/// pasted there by mistake must not reach a terminal or a CI log).
+fn validate_auth(auth: &mut AuthConfig, problems: &mut Vec<String>) {
+    // SHA-256 of the empty string: what `printf %s "$UNSET" | sha256sum` gives.
+    const EMPTY_SHA256: &str = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+    let mut seen: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    for (i, k) in auth.api_keys.iter_mut().enumerate() {
+        let key = format!("auth.api_keys[{i}]");
+        let valid_name = !k.principal.is_empty()
+            && k.principal.len() <= 64
+            && k.principal
+                .bytes()
+                .all(|c| c.is_ascii_alphanumeric() || b"_-.@".contains(&c));
+        if !valid_name {
+            problems.push(format!(
+                "{key}.principal: `{}` must be 1-64 characters of A-Z a-z 0-9 _ - . @",
+                k.principal.escape_debug()
+            ));
+        } else if k.principal == "anonymous" {
+            // crate::auth::ANONYMOUS: the principal of callers when no key is configured.
+            problems.push(format!(
+                "{key}.principal: `anonymous` is reserved; choose another name"
+            ));
+        }
+        k.sha256 = k.sha256.trim().to_ascii_lowercase();
+        if k.sha256.len() != 64 || !k.sha256.bytes().all(|c| c.is_ascii_hexdigit()) {
+            problems.push(format!(
+                "{key}.sha256: must be 64 hexadecimal characters, the SHA-256 of the key \
+                 (`printf %s KEY | sha256sum`); got {} characters",
+                k.sha256.chars().count()
+            ));
+        } else if k.sha256 == EMPTY_SHA256 {
+            problems.push(format!(
+                "{key}.sha256: is the SHA-256 of an empty key; hash the key itself"
+            ));
+        } else if let Some(first) = seen.get(&k.sha256) {
+            problems.push(format!(
+                "{key}.sha256: the same key as auth.api_keys[{first}]; each key must be unique"
+            ));
+        } else {
+            seen.insert(k.sha256.clone(), i);
         }
     }
 }
@@ -520,6 +622,7 @@ pub fn stdio_backend(name: &str, command_line: &str) -> Result<BackendConfig, St
         init_timeout: default_init_timeout(),
         max_message_bytes: default_max_message_bytes(),
         session_mode: SessionMode::default(),
+        client_capabilities: empty_table(),
         restart: RestartConfig::default(),
     })
 }
@@ -537,6 +640,7 @@ pub fn http_backend(name: &str, url: &str) -> BackendConfig {
         init_timeout: default_init_timeout(),
         max_message_bytes: default_max_message_bytes(),
         session_mode: SessionMode::default(),
+        client_capabilities: empty_table(),
         restart: RestartConfig::default(),
     }
 }
@@ -604,5 +708,56 @@ mod tests {
         let h = b.http.as_ref().unwrap();
         assert_eq!(h.headers.get("Authorization").unwrap(), "Bearer s3cret");
         assert_eq!(b.request_timeout, Duration::from_secs(2));
+    }
+
+    #[test]
+    fn auth_keys_are_validated_with_their_key_paths() {
+        let good = "72ee9d4355ccb9d3a4c9dbf37382e38e75c1b1a225b5bd1f729ee91bbda30c20";
+        let text = format!(
+            r#"
+            [[backends]]
+            name = "x"
+            stdio = {{ command = "a" }}
+            [[auth.api_keys]]
+            principal = "alice"
+            sha256 = "{good}"
+            [[auth.api_keys]]
+            principal = ""
+            sha256 = "my-plain-secret-key"
+            [[auth.api_keys]]
+            principal = "bob"
+            sha256 = "{upper}"
+            [[auth.api_keys]]
+            principal = "anonymous"
+            sha256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+            "#,
+            upper = good.to_ascii_uppercase()
+        );
+        let file: ConfigFile = toml::from_str(&text).unwrap();
+        let err = file.validate("t.toml", &env).unwrap_err().to_string();
+        for want in [
+            "auth.api_keys[1].principal",
+            "auth.api_keys[1].sha256: must be 64 hexadecimal",
+            "auth.api_keys[2].sha256: the same key as auth.api_keys[0]",
+            "auth.api_keys[3].principal: `anonymous` is reserved",
+            "auth.api_keys[3].sha256: is the SHA-256 of an empty key",
+        ] {
+            assert!(err.contains(want), "missing {want} in {err}");
+        }
+        assert!(!err.contains("my-plain-secret-key"), "{err}");
+        assert!(!err.contains("auth.api_keys[0]."), "{err}");
+
+        let ok = format!(
+            "[[backends]]\nname = \"x\"\nstdio = {{ command = \"a\" }}\n\
+             [[auth.api_keys]]\nprincipal = \"alice@example.com\"\nsha256 = \"{}\"\n",
+            good.to_ascii_uppercase()
+        );
+        let cfg = Config::from_toml(&ok, "t.toml").unwrap();
+        let k = cfg.auth.api_keys.first().unwrap();
+        assert_eq!(k.sha256, good, "digests are normalised to lower case");
+        assert!(
+            !format!("{cfg:?}").contains(good),
+            "Debug must not print digests"
+        );
     }
 }

@@ -2,6 +2,7 @@
 //! each mapped to one status and one JSON-RPC error body (`"id": null`) in exactly
 //! one place, [`FrontError::into_response`].
 
+use crate::auth::AuthError;
 use crate::jsonrpc::{code, ParseError, RpcError};
 use crate::router::SESSION_VERSIONS;
 use axum::http::{header, HeaderValue, StatusCode};
@@ -13,6 +14,10 @@ pub enum FrontError {
     /// Host or Origin not allowed (DNS-rebinding protection): 403.
     #[error("Forbidden: {0}")]
     Forbidden(String),
+    /// No valid credentials (401) or unreadable ones (400), decided before anything
+    /// else but the Host/Origin check; carries a `WWW-Authenticate` challenge.
+    #[error("{0}")]
+    Unauthorized(#[from] AuthError),
     /// Method other than POST/GET/DELETE on the MCP endpoint: 405.
     #[error("Method not allowed")]
     MethodNotAllowed,
@@ -62,6 +67,8 @@ impl FrontError {
     pub fn status(&self) -> StatusCode {
         match self {
             Self::Forbidden(_) => StatusCode::FORBIDDEN,
+            Self::Unauthorized(AuthError::Malformed(_)) => StatusCode::BAD_REQUEST,
+            Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::NotAcceptable(_) => StatusCode::NOT_ACCEPTABLE,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -98,6 +105,12 @@ impl IntoResponse for FrontError {
         if matches!(self, Self::MethodNotAllowed) {
             resp.headers_mut()
                 .insert(header::ALLOW, HeaderValue::from_static("GET, POST, DELETE"));
+        }
+        if let Self::Unauthorized(e) = &self {
+            resp.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static(e.challenge()),
+            );
         }
         resp
     }

@@ -3,27 +3,31 @@
 //! `/messages?sessionId=…`); each client message is a `POST` there, answered `202`,
 //! its response delivered on the stream. The session ends when the stream closes.
 
-use super::{absorb, establish, read_body, run_call, sse_response, App, FrontError, ANONYMOUS};
+use super::{absorb, establish, read_body, run_call, sse_response, App, FrontError};
+use crate::auth::Principal;
 use crate::jsonrpc::{code, Incoming, Message, Response};
 use crate::router::ClientInit;
 use crate::session::{sse_body, Session};
-use axum::extract::{Query, Request as HttpRequest, State};
+use axum::extract::{Extension, Query, Request as HttpRequest, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response as HttpResponse};
 use std::collections::HashMap;
 use std::sync::Arc;
 
-pub(super) async fn open(State(app): State<Arc<App>>) -> HttpResponse {
+pub(super) async fn open(
+    State(app): State<Arc<App>>,
+    Extension(principal): Extension<Principal>,
+) -> HttpResponse {
     if app.stopping.is_cancelled() {
         return FrontError::Unavailable("Gantry is shutting down").into_response();
     }
-    let session = match app.sessions.create(ANONYMOUS, true) {
+    let session = match app.sessions.create(principal.as_str(), true) {
         Ok(s) => s,
         Err(_) => {
             return FrontError::Unavailable("Too many sessions; try again later").into_response()
         }
     };
-    tracing::info!(session = %session.id, "legacy HTTP+SSE session opened");
+    tracing::info!(session = %session.id, %principal, "legacy HTTP+SSE session opened");
     let mut opts = app.body_options(&session, false, false);
     opts.preamble = Some(format!(
         "event: endpoint\ndata: /messages?sessionId={}\n\n",
@@ -43,6 +47,7 @@ pub(super) async fn open(State(app): State<Arc<App>>) -> HttpResponse {
 
 pub(super) async fn message(
     State(app): State<Arc<App>>,
+    Extension(principal): Extension<Principal>,
     Query(q): Query<HashMap<String, String>>,
     req: HttpRequest,
 ) -> HttpResponse {
@@ -50,7 +55,8 @@ pub(super) async fn message(
         return FrontError::BadRequest("sessionId query parameter is required".into())
             .into_response();
     };
-    let session = match app.sessions.get(id, ANONYMOUS) {
+    // Someone else's session is as unknown as one never issued.
+    let session = match app.sessions.get(id, principal.as_str()) {
         Ok(s) if s.legacy => s,
         _ => return FrontError::SessionNotFound.into_response(),
     };

@@ -2,9 +2,11 @@
 //! transport, health endpoints.
 //!
 //! Check order for the MCP endpoint (spec-checklist §1.1): Host/Origin (403) →
-//! method (405) → Accept (406) → Content-Type (415) → body size (413) → JSON (400,
-//! -32700) → session (400 / 404) → `MCP-Protocol-Version` (400) → dispatch. Every
-//! HTTP-level error carries a JSON-RPC error body with `"id": null`.
+//! credentials (401 / 400, [`crate::auth`]; also on the legacy transport, never on
+//! health probes or CORS preflights) → method (405) → Accept (406) → Content-Type
+//! (415) → body size (413) → JSON (400, -32700) → session (400 / 404, someone else's
+//! session is 404) → `MCP-Protocol-Version` (400) → dispatch. Every HTTP-level error
+//! carries a JSON-RPC error body with `"id": null`.
 
 mod error;
 mod legacy;
@@ -13,6 +15,7 @@ mod origin;
 pub use error::FrontError;
 pub use origin::OriginPolicy;
 
+use crate::auth::{Authenticator, Principal};
 use crate::call::{CallCtx, Sink};
 use crate::config::Config;
 use crate::jsonrpc::{
@@ -20,8 +23,10 @@ use crate::jsonrpc::{
 };
 use crate::router::{ClientInit, Router, SESSION_VERSIONS};
 use crate::session::{sse_body, BodyOptions, EventStream, Session, SessionError, SessionStore};
+use crate::telemetry::metrics::{self, Metrics, MetricsError};
+use crate::upstream::BackendStats;
 use axum::body::Body;
-use axum::extract::{Request as HttpRequest, State};
+use axum::extract::{Extension, Request as HttpRequest, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response as HttpResponse};
@@ -31,9 +36,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
-/// Until auth lands, every caller is this principal.
-pub const ANONYMOUS: &str = "anonymous";
-
 /// Shared state of the front door.
 pub struct App {
     /// The validated configuration.
@@ -42,6 +44,10 @@ pub struct App {
     pub router: Router,
     /// Live client sessions.
     pub sessions: SessionStore,
+    /// Who is calling (API keys, or everyone anonymous).
+    pub auth: Authenticator,
+    /// Prometheus metrics.
+    pub metrics: Metrics,
     origin: OriginPolicy,
     calls: AtomicUsize,
     /// Cancelled when the server stops accepting work.
@@ -58,9 +64,10 @@ impl Drop for CallGuard<'_> {
 
 impl App {
     /// Builds the front door for `cfg`.
-    pub fn new(cfg: Config) -> Arc<Self> {
+    pub fn new(cfg: Config) -> Result<Arc<Self>, MetricsError> {
         let loopback = cfg.listen.ip().is_loopback();
-        Arc::new(Self {
+        Ok(Arc::new(Self {
+            metrics: Metrics::new()?,
             origin: OriginPolicy::new(
                 &cfg.server.allowed_hosts,
                 &cfg.server.allowed_origins,
@@ -72,10 +79,11 @@ impl App {
                 cfg.server.session_idle_timeout,
                 cfg.server.event_buffer,
             ),
+            auth: Authenticator::new(&cfg.auth),
             calls: AtomicUsize::new(0),
             stopping: CancellationToken::new(),
             cfg,
-        })
+        }))
     }
 
     fn call_guard(&self) -> CallGuard<'_> {
@@ -104,20 +112,65 @@ impl App {
 
 /// The axum router for the whole HTTP surface.
 pub fn routes(app: Arc<App>) -> axum::Router {
-    let mut r = axum::Router::new()
-        .route(&app.cfg.server.path, any(mcp))
-        .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(ready));
+    // Every route here needs a principal; only the probes below are public.
+    let mut protected = axum::Router::new().route(&app.cfg.server.path, any(mcp));
     if app.cfg.server.legacy_sse {
-        r = r
+        protected = protected
             .route("/sse", get(legacy::open))
             .route("/messages", axum::routing::post(legacy::message));
     }
-    r.layer(axum::middleware::from_fn_with_state(
+    let protected = protected.route_layer(axum::middleware::from_fn_with_state(
+        app.clone(),
+        authenticate,
+    ));
+    // Host/Origin first (403), then credentials (401).
+    let protected = protected.layer(axum::middleware::from_fn_with_state(
         app.clone(),
         check_origin,
-    ))
-    .with_state(app)
+    ));
+    // Probes and metrics sit outside both: orchestrators send the pod IP as Host.
+    let mut r = axum::Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(ready));
+    if app.cfg.server.metrics {
+        r = r.route("/metrics", get(metrics));
+    }
+    r.merge(protected).with_state(app)
+}
+
+async fn metrics(State(app): State<Arc<App>>) -> HttpResponse {
+    let m = &app.metrics;
+    m.sessions
+        .set(i64::try_from(app.sessions.len()).unwrap_or(i64::MAX));
+    Metrics::catch_up(
+        &m.sessions_reaped,
+        app.sessions.reaped.load(Ordering::Relaxed),
+    );
+    m.calls_in_flight
+        .set(i64::try_from(app.calls_in_flight()).unwrap_or(i64::MAX));
+    for (name, stats) in app.router.backend_stats() {
+        let (conns, pending) = stats.load();
+        m.backend_connections
+            .with_label_values(&[name])
+            .set(i64::try_from(conns).unwrap_or(i64::MAX));
+        m.backend_pending
+            .with_label_values(&[name])
+            .set(i64::try_from(pending).unwrap_or(i64::MAX));
+        Metrics::catch_up(
+            &m.backend_restarts.with_label_values(&[name]),
+            BackendStats::get(&stats.restarts),
+        );
+        Metrics::catch_up(
+            &m.backend_unattributed.with_label_values(&[name]),
+            BackendStats::get(&stats.unattributed),
+        );
+    }
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        m.render(),
+    )
+        .into_response()
 }
 
 async fn ready(State(app): State<Arc<App>>) -> HttpResponse {
@@ -154,6 +207,31 @@ fn sse_response(
     resp
 }
 
+/// Puts the caller's [`Principal`] in the request extensions, or refuses the request
+/// (401 / 400 with `WWW-Authenticate`) before any handler runs or any stream starts.
+/// CORS preflights never get here: [`check_origin`] answers them.
+async fn authenticate(
+    State(app): State<Arc<App>>,
+    mut req: HttpRequest,
+    next: Next,
+) -> HttpResponse {
+    match app.auth.authenticate(req.headers()) {
+        Ok(principal) => {
+            req.extensions_mut().insert(principal);
+            next.run(req).await
+        }
+        Err(e) => {
+            // The reason only: never the presented credentials.
+            if e == crate::auth::AuthError::Missing {
+                tracing::debug!(method = %req.method(), path = req.uri().path(), "request refused: no credentials");
+            } else {
+                tracing::info!(method = %req.method(), path = req.uri().path(), reason = %e, "request refused: bad credentials");
+            }
+            FrontError::from(e).into_response()
+        }
+    }
+}
+
 async fn check_origin(State(app): State<Arc<App>>, req: HttpRequest, next: Next) -> HttpResponse {
     let host = req
         .headers()
@@ -182,7 +260,7 @@ async fn check_origin(State(app): State<Arc<App>>, req: HttpRequest, next: Next)
         h.insert(
             header::ACCESS_CONTROL_ALLOW_HEADERS,
             HeaderValue::from_static(
-                "Authorization, Content-Type, Accept, Mcp-Session-Id, MCP-Protocol-Version, Last-Event-ID, Mcp-Method, Mcp-Name",
+                "Authorization, X-API-Key, Content-Type, Accept, Mcp-Session-Id, MCP-Protocol-Version, Last-Event-ID, Mcp-Method, Mcp-Name",
             ),
         );
         h.insert(
@@ -254,13 +332,18 @@ fn session_header(headers: &HeaderMap) -> Option<&str> {
     headers.get("mcp-session-id").and_then(|v| v.to_str().ok())
 }
 
-fn lookup(app: &App, headers: &HeaderMap) -> Result<Arc<Session>, FrontError> {
+fn lookup(
+    app: &App,
+    principal: &Principal,
+    headers: &HeaderMap,
+) -> Result<Arc<Session>, FrontError> {
     let Some(id) = session_header(headers) else {
         return Err(FrontError::BadRequest(
             "Mcp-Session-Id header is required".into(),
         ));
     };
-    match app.sessions.get(id, ANONYMOUS) {
+    // Someone else's session is as unknown as one never issued: 404, not 403.
+    match app.sessions.get(id, principal.as_str()) {
         Ok(s) if !s.legacy => Ok(s),
         _ => Err(FrontError::SessionNotFound),
     }
@@ -278,12 +361,16 @@ fn check_version_header(headers: &HeaderMap) -> Result<(), FrontError> {
     }
 }
 
-async fn mcp(State(app): State<Arc<App>>, req: HttpRequest) -> HttpResponse {
+async fn mcp(
+    State(app): State<Arc<App>>,
+    Extension(principal): Extension<Principal>,
+    req: HttpRequest,
+) -> HttpResponse {
     let method = req.method().clone();
     match method {
-        Method::POST => post(app, req).await,
-        Method::GET => get_stream(app, req.headers()),
-        Method::DELETE => delete(app, req.headers()).await,
+        Method::POST => post(app, principal, req).await,
+        Method::GET => get_stream(app, &principal, req.headers()),
+        Method::DELETE => delete(app, &principal, req.headers()).await,
         _ => FrontError::MethodNotAllowed.into_response(),
     }
 }
@@ -304,7 +391,7 @@ pub(crate) async fn read_body(app: &App, req: HttpRequest) -> Result<bytes::Byte
         .map_err(|_| FrontError::TooLarge(limit))
 }
 
-async fn post(app: Arc<App>, req: HttpRequest) -> HttpResponse {
+async fn post(app: Arc<App>, principal: Principal, req: HttpRequest) -> HttpResponse {
     let headers = req.headers().clone();
     let accepts = Accepts::from(&headers);
     if !accepts.json && !accepts.sse {
@@ -331,7 +418,8 @@ async fn post(app: Arc<App>, req: HttpRequest) -> HttpResponse {
     if let Incoming::Single(Message::Request(r)) = &incoming {
         // `initialize` on a live session is dispatched like any request (and refused
         // there as "already initialized"); only without one does it open a session.
-        let established = session_header(&headers).is_some() && lookup(&app, &headers).is_ok();
+        let established =
+            session_header(&headers).is_some() && lookup(&app, &principal, &headers).is_ok();
         if r.method == "initialize" && !established {
             if let Err(e) = check_version_header(&headers) {
                 return e.into_response();
@@ -339,10 +427,10 @@ async fn post(app: Arc<App>, req: HttpRequest) -> HttpResponse {
             let Incoming::Single(Message::Request(r)) = incoming else {
                 return FrontError::SessionNotFound.into_response();
             };
-            return initialize(app, r, accepts).await;
+            return initialize(app, principal, r, accepts).await;
         }
     }
-    let session = match lookup(&app, &headers) {
+    let session = match lookup(&app, &principal, &headers) {
         Ok(s) => s,
         Err(e) => return e.into_response(),
     };
@@ -363,7 +451,12 @@ async fn post(app: Arc<App>, req: HttpRequest) -> HttpResponse {
     }
 }
 
-async fn initialize(app: Arc<App>, req: Request, accepts: Accepts) -> HttpResponse {
+async fn initialize(
+    app: Arc<App>,
+    principal: Principal,
+    req: Request,
+    accepts: Accepts,
+) -> HttpResponse {
     let init = match ClientInit::parse(req.params.as_deref()) {
         Ok(i) => i,
         Err(e) => {
@@ -379,7 +472,7 @@ async fn initialize(app: Arc<App>, req: Request, accepts: Accepts) -> HttpRespon
     if app.stopping.is_cancelled() {
         return FrontError::Unavailable("Gantry is shutting down").into_response();
     }
-    let session = match app.sessions.create(ANONYMOUS, false) {
+    let session = match app.sessions.create(principal.as_str(), false) {
         Ok(s) => s,
         Err(SessionError::Full | SessionError::NotFound) => {
             return FrontError::Unavailable("Too many sessions; try again later").into_response();
@@ -399,7 +492,7 @@ async fn initialize(app: Arc<App>, req: Request, accepts: Accepts) -> HttpRespon
         app.sessions.end(&session.id).await;
     } else if let Ok(v) = HeaderValue::from_str(&session.id) {
         resp.headers_mut().insert("mcp-session-id", v);
-        tracing::info!(session = %session.id, version = ?session.version(), client = %init.client_info, "session started");
+        tracing::info!(session = %session.id, %principal, version = ?session.version(), client = %init.client_info, "session started");
     }
     resp
 }
@@ -412,7 +505,11 @@ pub(crate) async fn establish(
     id: RequestId,
 ) -> Response {
     let owner: Sink = session.standalone_sink();
-    match app.router.open_session(init, owner, &session.cancel).await {
+    match app
+        .router
+        .open_session(init, &session.principal, owner, &session.cancel)
+        .await
+    {
         Ok((route, result)) => {
             session.establish(
                 init.negotiated().to_owned(),
@@ -495,7 +592,23 @@ pub(crate) async fn run_tracked(
             &RpcError::new(code::INVALID_REQUEST, "the session is not initialized"),
         ));
     };
-    app.router.dispatch(route, req, ctx).await
+    let method = metrics::method_label(&req.method);
+    let started = std::time::Instant::now();
+    let resp = app.router.dispatch(route, req, ctx).await;
+    let outcome = match &resp {
+        None => "cancelled",
+        Some(r) if r.outcome.is_err() => "error",
+        Some(_) => "ok",
+    };
+    app.metrics
+        .requests
+        .with_label_values(&[method, outcome])
+        .inc();
+    app.metrics
+        .latency
+        .with_label_values(&[method])
+        .observe(started.elapsed().as_secs_f64());
+    resp
 }
 
 async fn single(
@@ -590,11 +703,11 @@ async fn batch(
     sse_response(sse_body(stream, 0, opts))
 }
 
-fn get_stream(app: Arc<App>, headers: &HeaderMap) -> HttpResponse {
+fn get_stream(app: Arc<App>, principal: &Principal, headers: &HeaderMap) -> HttpResponse {
     if !Accepts::from(headers).sse {
         return FrontError::NotAcceptable("Client must accept text/event-stream").into_response();
     }
-    let session = match lookup(&app, headers) {
+    let session = match lookup(&app, principal, headers) {
         Ok(s) => s,
         Err(e) => return e.into_response(),
     };
@@ -621,13 +734,13 @@ fn get_stream(app: Arc<App>, headers: &HeaderMap) -> HttpResponse {
     sse_response(sse_body(session.standalone.clone(), after, opts))
 }
 
-async fn delete(app: Arc<App>, headers: &HeaderMap) -> HttpResponse {
-    let session = match lookup(&app, headers) {
+async fn delete(app: Arc<App>, principal: &Principal, headers: &HeaderMap) -> HttpResponse {
+    let session = match lookup(&app, principal, headers) {
         Ok(s) => s,
         Err(e) => return e.into_response(),
     };
     app.sessions.end(&session.id).await;
-    tracing::info!(session = %session.id, "session ended by the client");
+    tracing::info!(session = %session.id, %principal, "session ended by the client");
     StatusCode::OK.into_response()
 }
 

@@ -3,7 +3,7 @@
 
 use super::{forward, Fail, Router, SessionRoute};
 use crate::call::CallCtx;
-use crate::jsonrpc::{code, empty_object, to_raw, RpcError};
+use crate::jsonrpc::{code, to_raw, RpcError};
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -131,7 +131,7 @@ impl Router {
                 p.insert("name".into(), to_raw(&original));
                 forward(route, idx, method, Some(to_raw(&p)), ctx).await
             }
-            "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
+            "resources/read" => {
                 let uri =
                     crate::jsonrpc::string_field(params.as_deref(), "uri").ok_or_else(|| {
                         invalid(format!("{method}: params.uri (a string) is required"))
@@ -184,28 +184,6 @@ impl Router {
                 };
                 forward(route, idx, method, Some(to_raw(&p)), ctx).await
             }
-            "logging/setLevel" => {
-                let targets: Vec<usize> = route
-                    .conns
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, c)| {
-                        c.as_ref()
-                            .and_then(|c| c.info())
-                            .is_some_and(|i| i.capabilities().get("logging").is_some())
-                    })
-                    .map(|(i, _)| i)
-                    .collect();
-                let calls = targets
-                    .iter()
-                    .map(|i| forward(route, *i, method, params.clone(), ctx));
-                for r in futures::future::join_all(calls).await {
-                    if let Err(Fail::Cancelled) = r {
-                        return Err(Fail::Cancelled);
-                    }
-                }
-                Ok(empty_object())
-            }
             _ => Err(Fail::Own(RpcError::new(
                 code::METHOD_NOT_FOUND,
                 format!("Method not found: {method}"),
@@ -237,7 +215,7 @@ impl Router {
         })
     }
 
-    fn resolve_uri(&self, route: &SessionRoute, uri: &str) -> Option<usize> {
+    pub(crate) fn resolve_uri(&self, route: &SessionRoute, uri: &str) -> Option<usize> {
         let cat = lock(&route.catalog);
         if let Some(i) = cat.uris.get(uri) {
             return Some(*i);

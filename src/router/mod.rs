@@ -7,14 +7,19 @@
 //! lists are fetched to the last page from every backend so nothing is truncated.
 
 mod catalog;
+mod hub;
+
+pub use hub::{level_rank, Hub, LOG_LEVELS};
 
 use crate::call::{CallCtx, Sink};
 use crate::config::{BackendConfig, Config, SessionMode};
 use crate::jsonrpc::{code, empty_object, to_raw, Notification, Request, Response, RpcError};
-use crate::upstream::{Conn, InitInfo, UpstreamError};
+use crate::upstream::{BackendStats, Conn, InitInfo, UpstreamError};
 use catalog::Catalog;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
 
@@ -87,39 +92,113 @@ pub enum RouteError {
     NoBackend(UpstreamError),
 }
 
+/// A connection shared by several sessions, with its fan-out hub.
+type SharedConn = (Arc<Conn>, Arc<Hub>);
+
 struct Slot {
     cfg: BackendConfig,
-    shared: tokio::sync::OnceCell<Arc<Conn>>,
+    stats: Arc<BackendStats>,
+    shared: tokio::sync::OnceCell<SharedConn>,
+    users: tokio::sync::Mutex<HashMap<String, SharedConn>>,
+}
+
+impl Slot {
+    /// Initialize params for a connection shared by several sessions: Gantry's own
+    /// identity and only the client capabilities configured for this backend.
+    fn shared_init(&self) -> Box<RawValue> {
+        to_raw(&json!({
+            "protocolVersion": SESSION_VERSIONS[0],
+            "capabilities": self.cfg.client_capabilities,
+            "clientInfo": gantry_info(),
+        }))
+    }
 }
 
 /// The backends and how requests reach them.
 pub struct Router {
-    slots: Vec<Slot>,
+    slots: Vec<Arc<Slot>>,
     sep: String,
 }
 
 /// One client session's view of the backends.
 pub struct SessionRoute {
+    key: u64,
+    principal: String,
+    slots: Vec<Arc<Slot>>,
     conns: Vec<Option<Arc<Conn>>>,
-    per_session: Vec<bool>,
+    /// For connections shared with other sessions: their fan-out hub.
+    hubs: Vec<Option<Arc<Hub>>>,
     catalog: Mutex<Catalog>,
     single: bool,
+    /// The session's `logging/setLevel` rank (255: never set, everything passes).
+    log_level: AtomicU8,
 }
 
+static NEXT_ROUTE: AtomicU64 = AtomicU64::new(1);
+
 impl SessionRoute {
-    /// Shuts down the backend connections that belong to this session only.
+    /// Ends this session's use of its backends: per-session connections shut down;
+    /// on shared ones its subscriptions are dropped (the last one upstream too), and a
+    /// per-user connection whose last session this was shuts down.
     pub async fn close(&self) {
-        let own = self
-            .conns
-            .iter()
-            .zip(&self.per_session)
-            .filter_map(|(c, own)| c.as_ref().filter(|_| *own));
-        futures::future::join_all(own.map(|c| c.shutdown())).await;
+        let mut stops = Vec::new();
+        for (idx, conn) in self.conns.iter().enumerate() {
+            let Some(conn) = conn else { continue };
+            let Some(hub) = self.hubs.get(idx).and_then(Option::as_ref) else {
+                stops.push(conn.clone());
+                continue;
+            };
+            let Some(slot) = self.slots.get(idx) else {
+                continue;
+            };
+            // Per-user: hold the user table while leaving, so a new session of the same
+            // principal cannot join a connection that is being shut down.
+            let users = if slot.cfg.session_mode == SessionMode::PerUser {
+                Some(slot.users.lock().await)
+            } else {
+                None
+            };
+            let (gone, empty) = hub.leave(self.key);
+            if empty && slot.cfg.session_mode == SessionMode::PerUser {
+                if let Some(mut users) = users {
+                    if users
+                        .get(&self.principal)
+                        .is_some_and(|(c, _)| Arc::ptr_eq(c, conn))
+                    {
+                        users.remove(&self.principal);
+                    }
+                }
+                stops.push(conn.clone());
+            } else {
+                drop(users);
+                for uri in gone {
+                    let conn = conn.clone();
+                    tokio::spawn(async move {
+                        let ctx = CallCtx {
+                            sink: Arc::new(Hub::new(
+                                conn.name(),
+                                Arc::new(BackendStats::default()),
+                            )),
+                            cancel: CancellationToken::new(),
+                        };
+                        let params = to_raw(&json!({ "uri": uri }));
+                        let _ = conn.call("resources/unsubscribe", Some(params), &ctx).await;
+                    });
+                }
+            }
+        }
+        futures::future::join_all(stops.iter().map(|c| c.shutdown())).await;
     }
 
     /// Requests in flight on this session's backend connections.
     pub fn pending(&self) -> usize {
         self.conns.iter().flatten().map(|c| c.pending()).sum()
+    }
+
+    /// Whether the session wants a log message of this level (by its `setLevel`).
+    pub fn wants_log(&self, level: &str) -> bool {
+        let min = self.log_level.load(Ordering::Relaxed);
+        min == u8::MAX || level_rank(level).is_none_or(|r| r >= min)
     }
 }
 
@@ -134,20 +213,39 @@ impl Router {
             slots: cfg
                 .backends
                 .iter()
-                .map(|b| Slot {
-                    cfg: b.clone(),
-                    shared: tokio::sync::OnceCell::new(),
+                .map(|b| {
+                    Arc::new(Slot {
+                        cfg: b.clone(),
+                        stats: Arc::new(BackendStats::default()),
+                        shared: tokio::sync::OnceCell::new(),
+                        users: tokio::sync::Mutex::new(HashMap::new()),
+                    })
                 })
                 .collect(),
             sep: cfg.namespacing.separator.clone(),
         }
     }
 
-    /// Shuts down the shared backend connections (per-session ones end with their
-    /// sessions).
+    /// Shuts down the shared and per-user backend connections (per-session ones end
+    /// with their sessions).
     pub async fn shutdown(&self) {
-        let shared = self.slots.iter().filter_map(|s| s.shared.get());
-        futures::future::join_all(shared.map(|c| c.shutdown())).await;
+        let mut conns: Vec<Arc<Conn>> = self
+            .slots
+            .iter()
+            .filter_map(|s| s.shared.get().map(|(c, _)| c.clone()))
+            .collect();
+        for s in &self.slots {
+            conns.extend(s.users.lock().await.drain().map(|(_, (c, _))| c));
+        }
+        futures::future::join_all(conns.iter().map(|c| c.shutdown())).await;
+    }
+
+    /// Each backend's name and counters, in configuration order.
+    pub fn backend_stats(&self) -> Vec<(&str, &BackendStats)> {
+        self.slots
+            .iter()
+            .map(|s| (s.cfg.name.as_str(), &*s.stats))
+            .collect()
     }
 
     /// Backend names, in configuration order.
@@ -155,42 +253,77 @@ impl Router {
         self.slots.iter().map(|s| s.cfg.name.clone()).collect()
     }
 
-    /// Connects a new client session to every backend and builds the `initialize`
-    /// result. `owner` receives backend traffic no single call can claim.
+    /// Connects a new client session of `principal` to every backend and builds the
+    /// `initialize` result. `owner` receives backend traffic no single call can claim.
     pub async fn open_session(
         &self,
         init: &ClientInit,
+        principal: &str,
         owner: Sink,
         cancel: &CancellationToken,
     ) -> Result<(SessionRoute, Value), RouteError> {
         let version = init.negotiated();
+        let key = NEXT_ROUTE.fetch_add(1, Ordering::Relaxed);
         let mut conns = Vec::with_capacity(self.slots.len());
-        let mut per_session = Vec::with_capacity(self.slots.len());
+        let mut hubs = Vec::with_capacity(self.slots.len());
         for slot in &self.slots {
-            let conn = match slot.cfg.session_mode {
+            let (conn, hub) = match slot.cfg.session_mode {
                 SessionMode::PerSession => {
                     let params = to_raw(&json!({
                         "protocolVersion": version,
                         "capabilities": init.capabilities,
                         "clientInfo": init.client_info,
                     }));
-                    Conn::start(&slot.cfg, params, Some(owner.clone()))
+                    (
+                        Conn::start(&slot.cfg, params, Some(owner.clone()), slot.stats.clone()),
+                        None,
+                    )
                 }
-                SessionMode::Shared => slot
-                    .shared
-                    .get_or_init(|| async {
-                        let params = to_raw(&json!({
-                            "protocolVersion": SESSION_VERSIONS[0],
-                            "capabilities": {},
-                            "clientInfo": gantry_info(),
-                        }));
-                        Conn::start(&slot.cfg, params, None)
-                    })
-                    .await
-                    .clone(),
+                SessionMode::Shared => {
+                    let (conn, hub) = slot
+                        .shared
+                        .get_or_init(|| async {
+                            let hub = Arc::new(Hub::new(&slot.cfg.name, slot.stats.clone()));
+                            let sink: Sink = hub.clone();
+                            (
+                                Conn::start(
+                                    &slot.cfg,
+                                    slot.shared_init(),
+                                    Some(sink),
+                                    slot.stats.clone(),
+                                ),
+                                hub,
+                            )
+                        })
+                        .await
+                        .clone();
+                    hub.join(key, owner.clone());
+                    (conn, Some(hub))
+                }
+                SessionMode::PerUser => {
+                    let mut users = slot.users.lock().await;
+                    let (conn, hub) = users
+                        .entry(principal.to_owned())
+                        .or_insert_with(|| {
+                            let hub = Arc::new(Hub::new(&slot.cfg.name, slot.stats.clone()));
+                            let sink: Sink = hub.clone();
+                            (
+                                Conn::start(
+                                    &slot.cfg,
+                                    slot.shared_init(),
+                                    Some(sink),
+                                    slot.stats.clone(),
+                                ),
+                                hub,
+                            )
+                        })
+                        .clone();
+                    hub.join(key, owner.clone());
+                    (conn, Some(hub))
+                }
             };
-            per_session.push(slot.cfg.session_mode == SessionMode::PerSession);
             conns.push(conn);
+            hubs.push(hub);
         }
         let ready = futures::future::join_all(conns.iter().map(|c| c.ready(cancel))).await;
         let mut infos: Vec<Option<Arc<InitInfo>>> = Vec::with_capacity(ready.len());
@@ -198,24 +331,25 @@ impl Router {
         let mut first_err = None;
         for (conn, r) in conns.into_iter().zip(ready) {
             match r {
-                Ok(info) => {
-                    infos.push(Some(info));
-                    live.push(Some(conn));
-                }
+                Ok(info) => infos.push(Some(info)),
                 Err(e) => {
                     tracing::warn!(backend = conn.name(), error = %e, "backend unavailable for new session");
                     first_err.get_or_insert(e);
                     infos.push(None);
-                    // Keep it: it retries in the background and may serve later calls.
-                    live.push(Some(conn));
                 }
             }
+            // Kept even when not ready: it retries in the background and may serve later calls.
+            live.push(Some(conn));
         }
         let route = SessionRoute {
+            key,
+            principal: principal.to_owned(),
+            slots: self.slots.clone(),
             conns: live,
-            per_session,
+            hubs,
             catalog: Mutex::new(Catalog::default()),
             single: self.slots.len() == 1,
+            log_level: AtomicU8::new(u8::MAX),
         };
         if infos.iter().all(Option::is_none) {
             route.close().await;
@@ -309,6 +443,16 @@ impl Router {
                 code::INVALID_REQUEST,
                 "the session is already initialized",
             ))),
+            "logging/setLevel" => self.set_level(route, req.params, &ctx).await,
+            "resources/subscribe" | "resources/unsubscribe" => {
+                match self.owner_of_uri(route, req.params.as_deref()) {
+                    Ok(idx) => {
+                        self.subscription(route, idx, &req.method, req.params, &ctx)
+                            .await
+                    }
+                    Err(e) => Err(e),
+                }
+            }
             _ if route.single => forward(route, 0, &req.method, req.params, &ctx).await,
             _ => {
                 self.dispatch_many(route, &req.method, req.params, &ctx)
@@ -323,6 +467,113 @@ impl Router {
                 outcome: Err(e),
             }),
             Err(Fail::Own(e)) => Some(Response::err(Some(id), &e)),
+        }
+    }
+
+    /// `logging/setLevel`: remembered per session (Gantry filters what the session
+    /// gets); per-session backends get it as is, shared ones run at the most verbose
+    /// level any of their sessions asked for.
+    async fn set_level(
+        &self,
+        route: &SessionRoute,
+        params: Option<Box<RawValue>>,
+        ctx: &CallCtx,
+    ) -> Result<Box<RawValue>, Fail> {
+        let level = crate::jsonrpc::string_field(params.as_deref(), "level").unwrap_or_default();
+        let Some(rank) = level_rank(&level) else {
+            return Err(Fail::Own(RpcError::new(
+                code::INVALID_PARAMS,
+                format!(
+                    "invalid log level `{level}`; expected one of {}",
+                    LOG_LEVELS.join(", ")
+                ),
+            )));
+        };
+        route.log_level.store(rank, Ordering::Relaxed);
+        let mut calls = Vec::new();
+        for (idx, conn) in route.conns.iter().enumerate() {
+            let declares = conn
+                .as_ref()
+                .and_then(|c| c.info())
+                .is_some_and(|i| i.capabilities().get("logging").is_some());
+            if !declares {
+                continue;
+            }
+            let upstream = match route.hubs.get(idx).and_then(Option::as_ref) {
+                Some(hub) => hub.set_level(route.key, rank),
+                None => Some(rank),
+            };
+            if let Some(r) = upstream {
+                let name = LOG_LEVELS.get(usize::from(r)).copied().unwrap_or("debug");
+                calls.push(forward(
+                    route,
+                    idx,
+                    "logging/setLevel",
+                    Some(to_raw(&json!({ "level": name }))),
+                    ctx,
+                ));
+            }
+        }
+        for r in futures::future::join_all(calls).await {
+            match r {
+                Err(Fail::Cancelled) => return Err(Fail::Cancelled),
+                Err(Fail::Raw(e)) if route.single => return Err(Fail::Raw(e)),
+                _ => {}
+            }
+        }
+        Ok(empty_object())
+    }
+
+    fn owner_of_uri(&self, route: &SessionRoute, params: Option<&RawValue>) -> Result<usize, Fail> {
+        if route.single {
+            return Ok(0);
+        }
+        let uri = crate::jsonrpc::string_field(params, "uri").ok_or_else(|| {
+            Fail::Own(RpcError::new(
+                code::INVALID_PARAMS,
+                "params.uri (a string) is required",
+            ))
+        })?;
+        self.resolve_uri(route, &uri).ok_or_else(|| {
+            Fail::Own(
+                RpcError::new(code::RESOURCE_NOT_FOUND, "Resource not found")
+                    .with_data(json!({ "uri": uri })),
+            )
+        })
+    }
+
+    /// `resources/subscribe` / `unsubscribe`: on a shared connection, counted per URI
+    /// so the backend sees the first subscribe and the last unsubscribe only.
+    async fn subscription(
+        &self,
+        route: &SessionRoute,
+        idx: usize,
+        method: &str,
+        params: Option<Box<RawValue>>,
+        ctx: &CallCtx,
+    ) -> Result<Box<RawValue>, Fail> {
+        let Some(hub) = route.hubs.get(idx).and_then(Option::as_ref) else {
+            return forward(route, idx, method, params, ctx).await;
+        };
+        let uri = crate::jsonrpc::string_field(params.as_deref(), "uri").ok_or_else(|| {
+            Fail::Own(RpcError::new(
+                code::INVALID_PARAMS,
+                "params.uri (a string) is required",
+            ))
+        })?;
+        if method == "resources/subscribe" {
+            if !hub.subscribe(route.key, &uri) {
+                return Ok(empty_object());
+            }
+            let r = forward(route, idx, method, params, ctx).await;
+            if r.is_err() {
+                hub.unsubscribe(route.key, &uri);
+            }
+            r
+        } else if hub.unsubscribe(route.key, &uri) {
+            forward(route, idx, method, params, ctx).await
+        } else {
+            Ok(empty_object())
         }
     }
 

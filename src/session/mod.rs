@@ -285,8 +285,28 @@ struct StreamSink {
     session: Weak<Session>,
 }
 
+/// The client capability a server→client request needs, if any.
+fn required_capability(method: &str) -> Option<&'static str> {
+    match method {
+        "sampling/createMessage" => Some("sampling"),
+        "elicitation/create" => Some("elicitation"),
+        "roots/list" => Some("roots"),
+        _ => None,
+    }
+}
+
 impl Downstream for StreamSink {
     fn notify(&self, n: Notification) {
+        if n.method == "notifications/message" {
+            if let (Some(session), Some(level)) = (
+                self.session.upgrade(),
+                crate::jsonrpc::string_field(n.params.as_deref(), "level"),
+            ) {
+                if session.route().is_some_and(|r| !r.wants_log(&level)) {
+                    return;
+                }
+            }
+        }
         self.stream.push(n.to_json());
     }
 
@@ -302,6 +322,19 @@ impl Downstream for StreamSink {
             let Some(session) = session else {
                 return unavailable("the client session has ended");
             };
+            if let Some(cap) = required_capability(&method) {
+                let declared = session
+                    .capabilities
+                    .get()
+                    .is_some_and(|c| c.get(cap).is_some());
+                if !declared {
+                    return Err(RpcError::new(
+                        code::METHOD_NOT_FOUND,
+                        format!("the client did not declare the `{cap}` capability"),
+                    )
+                    .to_raw());
+                }
+            }
             let Some((id, rx)) = session.register_ask() else {
                 return unavailable("too many requests are waiting for this client's answer");
             };

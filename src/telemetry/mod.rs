@@ -2,6 +2,8 @@
 //! with `--log-format json`. The filter comes from `RUST_LOG` (default `info`).
 //! Logs go to stderr.
 
+pub mod metrics;
+
 use std::io::IsTerminal;
 use tracing_subscriber::EnvFilter;
 

@@ -88,8 +88,8 @@ pub(crate) struct Core {
     pub request_timeout: Duration,
     pub init_timeout: Duration,
     pub max_message_bytes: usize,
-    /// Backend messages that could be attributed to no client and were dropped.
-    pub unattributed: AtomicU64,
+    /// Counters shared by every connection of this backend.
+    pub stats: Arc<super::BackendStats>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -299,8 +299,13 @@ impl Core {
         }
     }
 
+    /// Whether the connection has been shut down for good.
+    pub fn is_closed(&self) -> bool {
+        matches!(*self.state.borrow(), State::Closed)
+    }
+
     fn drop_unattributed(&self, what: &str) {
-        self.unattributed.fetch_add(1, Ordering::Relaxed);
+        self.stats.unattributed.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(backend = %self.name, what, "backend message with no client to deliver it to; dropped");
     }
 
@@ -481,6 +486,7 @@ impl Conn {
         cfg: &BackendConfig,
         init_params: Box<RawValue>,
         owner: Option<Sink>,
+        stats: Arc<super::BackendStats>,
     ) -> Arc<Self> {
         let (out_tx, out_rx) = mpsc::channel(OUTGOING_QUEUE);
         let (state, _) = watch::channel(State::Starting);
@@ -497,8 +503,9 @@ impl Conn {
             request_timeout: cfg.request_timeout,
             init_timeout: cfg.init_timeout,
             max_message_bytes: cfg.max_message_bytes,
-            unattributed: AtomicU64::new(0),
+            stats,
         });
+        core.stats.track(&core);
         let shutdown = CancellationToken::new();
         let task = match (&cfg.stdio, &cfg.http) {
             (Some(s), _) => tokio::spawn(super::stdio::supervise(
@@ -579,11 +586,6 @@ impl Conn {
     /// Number of requests in flight on this connection.
     pub fn pending(&self) -> usize {
         self.core.pending_len()
-    }
-
-    /// Backend messages dropped because no client could be found for them.
-    pub fn unattributed(&self) -> u64 {
-        self.core.unattributed.load(Ordering::Relaxed)
     }
 
     /// Stops the connection: fails in-flight requests, ends the backend session and,

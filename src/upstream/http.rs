@@ -425,6 +425,9 @@ pub(crate) async fn supervise(
             reason: reason.clone(),
         });
         core.fail_pending(Some(gen), &reason);
+        core.stats
+            .restarts
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         tracing::warn!(backend = %core.name, %reason, "backend connection lost; reconnecting");
         if started.elapsed() >= STABLE_RUN {
             backoff.reset();

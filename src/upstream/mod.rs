@@ -18,6 +18,53 @@ mod stdio;
 
 pub use self::core::{Conn, InitInfo};
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, Weak};
+
+/// Counters of one configured backend, across all its connections (exported as
+/// Prometheus metrics).
+#[derive(Default)]
+pub struct BackendStats {
+    /// Backend messages attributable to no single client, dropped.
+    pub unattributed: AtomicU64,
+    /// Times a connection was restarted after its process exited or its session broke.
+    pub restarts: AtomicU64,
+    /// Requests answered by a JSON-RPC error Gantry made (crash, timeout, unavailable).
+    pub failures: AtomicU64,
+    conns: Mutex<Vec<Weak<core::Core>>>,
+}
+
+impl BackendStats {
+    fn track(&self, c: &std::sync::Arc<core::Core>) {
+        let mut v = self
+            .conns
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        v.retain(|w| w.strong_count() > 0);
+        v.push(std::sync::Arc::downgrade(c));
+    }
+
+    /// (live connections, requests waiting for the backend) right now.
+    pub fn load(&self) -> (usize, usize) {
+        let mut v = self
+            .conns
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        v.retain(|w| w.strong_count() > 0);
+        let live: Vec<_> = v
+            .iter()
+            .filter_map(Weak::upgrade)
+            .filter(|c| !c.is_closed())
+            .collect();
+        (live.len(), live.iter().map(|c| c.pending_len()).sum())
+    }
+
+    /// A counter's value.
+    pub fn get(counter: &AtomicU64) -> u64 {
+        counter.load(Ordering::Relaxed)
+    }
+}
+
 use crate::jsonrpc::{code, RpcError};
 use std::time::Duration;
 

@@ -93,6 +93,9 @@ pub(crate) async fn supervise(
         if shutdown.is_cancelled() {
             break;
         }
+        core.stats
+            .restarts
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         tracing::warn!(backend = %core.name, reason = %outcome, "backend stopped; restarting");
         if started.elapsed() >= STABLE_RUN {
             backoff.reset();

@@ -1,0 +1,263 @@
+//! The fan-out point of a backend connection shared by several client sessions
+//! (`shared` and `per-user` modes).
+//!
+//! What a shared backend sends outside any call goes through its [`Hub`]:
+//! `resources/updated` reaches only the sessions subscribed to that URI (subscriptions
+//! are reference-counted: the backend sees one subscribe per URI), `*/list_changed`
+//! reaches every session on the connection, and anything that cannot be attributed to
+//! exactly one client — a log line, a server→client request — is never broadcast: it
+//! is dropped (requests get a JSON-RPC error) and counted. Log levels are kept per
+//! session; the backend runs at the most verbose level any session asked for.
+
+use crate::call::{ClientAnswer, Downstream, Sink};
+use crate::jsonrpc::{code, Notification, RpcError};
+use crate::upstream::BackendStats;
+use futures::future::BoxFuture;
+use serde_json::value::RawValue;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// RFC 5424 severities as MCP names them, least severe first.
+pub const LOG_LEVELS: [&str; 8] = [
+    "debug",
+    "info",
+    "notice",
+    "warning",
+    "error",
+    "critical",
+    "alert",
+    "emergency",
+];
+
+/// The rank of a level name (0 = debug … 7 = emergency).
+pub fn level_rank(name: &str) -> Option<u8> {
+    LOG_LEVELS
+        .iter()
+        .position(|l| *l == name)
+        .and_then(|p| u8::try_from(p).ok())
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+struct Member {
+    sink: Sink,
+    level: Option<u8>,
+}
+
+/// The sessions using one shared backend connection.
+pub struct Hub {
+    backend: String,
+    members: Mutex<HashMap<u64, Member>>,
+    subs: Mutex<HashMap<String, HashSet<u64>>>,
+    upstream_level: Mutex<Option<u8>>,
+    stats: Arc<BackendStats>,
+}
+
+impl Hub {
+    /// An empty hub for `backend`.
+    pub fn new(backend: &str, stats: Arc<BackendStats>) -> Self {
+        Self {
+            backend: backend.to_owned(),
+            members: Mutex::new(HashMap::new()),
+            subs: Mutex::new(HashMap::new()),
+            upstream_level: Mutex::new(None),
+            stats,
+        }
+    }
+
+    /// Adds a session; `sink` is its standalone stream.
+    pub fn join(&self, key: u64, sink: Sink) {
+        lock(&self.members).insert(key, Member { sink, level: None });
+    }
+
+    /// Removes a session. Returns the URIs nobody subscribes to any more (to
+    /// unsubscribe upstream) and whether the hub is now empty.
+    pub fn leave(&self, key: u64) -> (Vec<String>, bool) {
+        let empty = {
+            let mut m = lock(&self.members);
+            m.remove(&key);
+            m.is_empty()
+        };
+        let mut gone = Vec::new();
+        lock(&self.subs).retain(|uri, keys| {
+            keys.remove(&key);
+            if keys.is_empty() {
+                gone.push(uri.clone());
+                false
+            } else {
+                true
+            }
+        });
+        (gone, empty)
+    }
+
+    /// Number of sessions on the hub.
+    pub fn len(&self) -> usize {
+        lock(&self.members).len()
+    }
+
+    /// Whether no session uses the hub.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Records a subscription; true if it is the URI's first (send it upstream).
+    pub fn subscribe(&self, key: u64, uri: &str) -> bool {
+        let mut subs = lock(&self.subs);
+        let set = subs.entry(uri.to_owned()).or_default();
+        let first = set.is_empty();
+        set.insert(key);
+        first
+    }
+
+    /// Drops a subscription; true if it was the URI's last (send it upstream).
+    pub fn unsubscribe(&self, key: u64, uri: &str) -> bool {
+        let mut subs = lock(&self.subs);
+        let Some(set) = subs.get_mut(uri) else {
+            return false;
+        };
+        if !set.remove(&key) {
+            return false;
+        }
+        if set.is_empty() {
+            subs.remove(uri);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Sets a session's log level. Returns the level the backend must now run at,
+    /// if that changed (the most verbose any session asked for).
+    pub fn set_level(&self, key: u64, level: u8) -> Option<u8> {
+        let wanted = {
+            let mut m = lock(&self.members);
+            if let Some(member) = m.get_mut(&key) {
+                member.level = Some(level);
+            }
+            m.values().filter_map(|x| x.level).min()
+        };
+        let mut up = lock(&self.upstream_level);
+        if wanted.is_some() && wanted != *up {
+            *up = wanted;
+            wanted
+        } else {
+            None
+        }
+    }
+
+    fn drop_unattributed(&self, what: &str) {
+        self.stats.unattributed.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(backend = %self.backend, what, "shared backend message attributable to no single client; dropped");
+    }
+}
+
+fn uri_of(n: &Notification) -> Option<String> {
+    crate::jsonrpc::string_field(n.params.as_deref(), "uri")
+}
+
+impl Downstream for Hub {
+    fn notify(&self, n: Notification) {
+        match n.method.as_str() {
+            "notifications/resources/updated" => {
+                let Some(uri) = uri_of(&n) else {
+                    return self.drop_unattributed("resources/updated without uri");
+                };
+                let keys: Vec<u64> = lock(&self.subs)
+                    .get(&uri)
+                    .map(|s| s.iter().copied().collect())
+                    .unwrap_or_default();
+                let sinks: Vec<Sink> = {
+                    let m = lock(&self.members);
+                    keys.iter()
+                        .filter_map(|k| m.get(k).map(|x| x.sink.clone()))
+                        .collect()
+                };
+                for s in sinks {
+                    s.notify(n.clone());
+                }
+            }
+            "notifications/tools/list_changed"
+            | "notifications/prompts/list_changed"
+            | "notifications/resources/list_changed" => {
+                let sinks: Vec<Sink> = lock(&self.members)
+                    .values()
+                    .map(|x| x.sink.clone())
+                    .collect();
+                for s in sinks {
+                    s.notify(n.clone());
+                }
+            }
+            other => self.drop_unattributed(other),
+        }
+    }
+
+    fn ask(
+        &self,
+        method: String,
+        _params: Option<Box<RawValue>>,
+    ) -> BoxFuture<'static, ClientAnswer> {
+        self.drop_unattributed("server-to-client request");
+        let err = RpcError::new(
+            code::METHOD_NOT_FOUND,
+            format!("`{method}` cannot be attributed to a single client of this shared connection"),
+        );
+        Box::pin(async move { Err(err.to_raw()) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+
+    #[derive(Default)]
+    struct Rec(Mutex<Vec<String>>);
+    impl Downstream for Rec {
+        fn notify(&self, n: Notification) {
+            lock(&self.0).push(n.to_json());
+        }
+        fn ask(&self, _: String, _: Option<Box<RawValue>>) -> BoxFuture<'static, ClientAnswer> {
+            Box::pin(async { Err(crate::jsonrpc::empty_object()) })
+        }
+    }
+
+    #[test]
+    fn updates_reach_only_subscribers_and_subscriptions_are_counted() {
+        let hub = Hub::new("b", Arc::new(BackendStats::default()));
+        let (a, b) = (Arc::new(Rec::default()), Arc::new(Rec::default()));
+        hub.join(1, a.clone());
+        hub.join(2, b.clone());
+        assert!(hub.subscribe(1, "x://1"));
+        assert!(!hub.subscribe(2, "x://1"));
+        let upd = Notification::new(
+            "notifications/resources/updated",
+            Some(crate::jsonrpc::to_raw(&serde_json::json!({"uri":"x://1"}))),
+        );
+        hub.notify(upd.clone());
+        assert!(!hub.unsubscribe(1, "x://1"));
+        hub.notify(upd);
+        assert_eq!(lock(&a.0).len(), 1);
+        assert_eq!(lock(&b.0).len(), 2);
+        let (gone, empty) = hub.leave(2);
+        assert_eq!(gone, vec!["x://1".to_owned()]);
+        assert!(!empty);
+        hub.notify(Notification::new("notifications/message", None));
+        assert_eq!(hub.stats.unattributed.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn backend_runs_at_the_most_verbose_level() {
+        let hub = Hub::new("b", Arc::new(BackendStats::default()));
+        hub.join(1, Arc::new(Rec::default()));
+        hub.join(2, Arc::new(Rec::default()));
+        assert_eq!(hub.set_level(1, 3), Some(3));
+        assert_eq!(hub.set_level(2, 5), None);
+        assert_eq!(hub.set_level(2, 0), Some(0));
+        assert_eq!(level_rank("warning"), Some(3));
+        assert_eq!(level_rank("loud"), None);
+    }
+}

@@ -1,0 +1,160 @@
+//! Prometheus metrics. Label sets are bounded: backend names come from the config,
+//! methods from a fixed list (anything else is `other`), outcomes from a fixed set.
+
+use prometheus::{
+    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
+};
+
+/// MCP methods that get their own label value.
+const METHODS: [&str; 16] = [
+    "initialize",
+    "ping",
+    "tools/list",
+    "tools/call",
+    "prompts/list",
+    "prompts/get",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+    "resources/subscribe",
+    "resources/unsubscribe",
+    "completion/complete",
+    "logging/setLevel",
+    "server/discover",
+    "subscriptions/listen",
+    "tasks/get",
+];
+
+/// A method as a bounded label value.
+pub fn method_label(method: &str) -> &'static str {
+    METHODS
+        .iter()
+        .find(|m| **m == method)
+        .copied()
+        .unwrap_or("other")
+}
+
+/// Gantry's metrics, registered in their own registry (no globals).
+pub struct Metrics {
+    registry: Registry,
+    /// Client requests answered, by method and outcome (`ok`, `error`, `cancelled`).
+    pub requests: IntCounterVec,
+    /// Time to answer a client request, by method.
+    pub latency: HistogramVec,
+    /// Live client sessions.
+    pub sessions: IntGauge,
+    /// Sessions ended because they were idle.
+    pub sessions_reaped: IntCounter,
+    /// Client requests being answered now.
+    pub calls_in_flight: IntGauge,
+    /// Live backend connections, by backend.
+    pub backend_connections: IntGaugeVec,
+    /// Requests waiting for a backend, by backend.
+    pub backend_pending: IntGaugeVec,
+    /// Backend restarts, by backend.
+    pub backend_restarts: IntCounterVec,
+    /// Backend messages attributable to no single client (dropped), by backend.
+    pub backend_unattributed: IntCounterVec,
+}
+
+/// Why the metrics could not be set up (a programming error: names are fixed).
+#[derive(Debug, thiserror::Error)]
+#[error("metrics: {0}")]
+pub struct MetricsError(#[from] prometheus::Error);
+
+impl Metrics {
+    /// Creates and registers every metric.
+    pub fn new() -> Result<Self, MetricsError> {
+        let registry = Registry::new_custom(Some("gantry".into()), None)?;
+        let requests = IntCounterVec::new(
+            Opts::new(
+                "requests_total",
+                "Client requests answered, by method and outcome",
+            ),
+            &["method", "outcome"],
+        )?;
+        let latency = HistogramVec::new(
+            HistogramOpts::new(
+                "request_duration_seconds",
+                "Time to answer a client request",
+            )
+            .buckets(vec![
+                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                10.0, 30.0, 60.0,
+            ]),
+            &["method"],
+        )?;
+        let sessions = IntGauge::new("sessions", "Live client sessions")?;
+        let sessions_reaped = IntCounter::new(
+            "sessions_reaped_total",
+            "Sessions ended because they were idle",
+        )?;
+        let calls_in_flight =
+            IntGauge::new("calls_in_flight", "Client requests being answered now")?;
+        let backend_connections = IntGaugeVec::new(
+            Opts::new(
+                "backend_connections",
+                "Live backend connections (processes or HTTP sessions)",
+            ),
+            &["backend"],
+        )?;
+        let backend_pending = IntGaugeVec::new(
+            Opts::new(
+                "backend_pending_requests",
+                "Requests waiting for a backend's answer",
+            ),
+            &["backend"],
+        )?;
+        let backend_restarts = IntCounterVec::new(
+            Opts::new(
+                "backend_restarts_total",
+                "Backend connections restarted after a crash or lost session",
+            ),
+            &["backend"],
+        )?;
+        let backend_unattributed = IntCounterVec::new(
+            Opts::new(
+                "backend_unattributed_messages_total",
+                "Backend messages attributable to no single client, dropped",
+            ),
+            &["backend"],
+        )?;
+        registry.register(Box::new(requests.clone()))?;
+        registry.register(Box::new(latency.clone()))?;
+        registry.register(Box::new(sessions.clone()))?;
+        registry.register(Box::new(sessions_reaped.clone()))?;
+        registry.register(Box::new(calls_in_flight.clone()))?;
+        registry.register(Box::new(backend_connections.clone()))?;
+        registry.register(Box::new(backend_pending.clone()))?;
+        registry.register(Box::new(backend_restarts.clone()))?;
+        registry.register(Box::new(backend_unattributed.clone()))?;
+        Ok(Self {
+            registry,
+            requests,
+            latency,
+            sessions,
+            sessions_reaped,
+            calls_in_flight,
+            backend_connections,
+            backend_pending,
+            backend_restarts,
+            backend_unattributed,
+        })
+    }
+
+    /// Raises a counter to `value` (counters kept as atomics elsewhere).
+    pub fn catch_up(counter: &IntCounter, value: u64) {
+        let now = counter.get();
+        if value > now {
+            counter.inc_by(value - now);
+        }
+    }
+
+    /// The text exposition of every metric.
+    pub fn render(&self) -> String {
+        let mut buf = Vec::new();
+        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);
+        String::from_utf8(buf).unwrap_or_default()
+    }
+}

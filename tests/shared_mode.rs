@@ -1,0 +1,366 @@
+//! One backend connection shared by many client sessions: everything the backend
+//! says reaches exactly the session it belongs to, or nobody.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+mod common;
+use common::*;
+use futures::StreamExt;
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+fn shared_config(extra: &str) -> String {
+    format!(
+        "[[backends]]\nname = \"example\"\nsession_mode = \"shared\"\nstdio = {{ command = {:?} }}\n{extra}",
+        example_bin().to_str().unwrap()
+    )
+}
+
+async fn sessions(g: &Gantry, n: usize, caps: Value) -> Vec<Client> {
+    let mut out = Vec::new();
+    for _ in 0..n {
+        let mut c = g.client();
+        c.initialize_with(caps.clone()).await;
+        out.push(c);
+    }
+    out
+}
+
+/// Reads SSE messages from a streaming response until `stop` says so or the
+/// deadline passes; returns what was read.
+async fn read_until(
+    resp: reqwest::Response,
+    within: Duration,
+    mut stop: impl FnMut(&[Value]) -> bool,
+) -> Vec<Value> {
+    let mut body = resp.bytes_stream();
+    let mut parser = gantry::sse::Parser::new(1 << 24);
+    let mut got = Vec::new();
+    let end = Instant::now() + within;
+    while Instant::now() < end && !stop(&got) {
+        match tokio::time::timeout_at(end.into(), body.next()).await {
+            Ok(Some(Ok(chunk))) => {
+                for ev in parser.feed(&chunk).unwrap() {
+                    if !ev.data.trim().is_empty() {
+                        got.push(serde_json::from_str(&ev.data).unwrap());
+                    }
+                }
+            }
+            _ => break,
+        }
+    }
+    got
+}
+
+async fn open_get(c: &Client) -> reqwest::Response {
+    let r = c
+        .http
+        .get(&c.url)
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", c.session.as_ref().unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    r
+}
+
+#[tokio::test]
+async fn progress_reaches_only_its_owner() {
+    let g = Gantry::with_config(&shared_config(""));
+    let clients = sessions(&g, 20, json!({})).await;
+    let calls = clients.iter().enumerate().map(|(i, c)| async move {
+        // Every session uses the same progress token, and half of them the same id.
+        let token = if i % 2 == 0 { json!(1) } else { json!("p") };
+        let id = json!(1);
+        let r = c
+            .request(id.clone(), "tools/call", json!({"name":"test_tool_with_progress","arguments":{},"_meta":{"progressToken": token}}))
+            .await;
+        let progress: Vec<&Value> = r.messages.iter().filter(|m| m["method"] == "notifications/progress").collect();
+        assert_eq!(progress.len(), 3, "session {i} got its three progress notifications: {}", r.raw);
+        for p in progress {
+            assert_eq!(p["params"]["progressToken"], token, "the client's own token comes back");
+        }
+        assert!(r.response(&id).is_some());
+    });
+    futures::future::join_all(calls).await;
+}
+
+#[tokio::test]
+async fn log_levels_are_per_session() {
+    let g = Gantry::with_config(&shared_config(""));
+    let clients = sessions(&g, 2, json!({})).await;
+    let (quiet, chatty) = (&clients[0], &clients[1]);
+    assert!(quiet
+        .request(json!(1), "logging/setLevel", json!({"level":"error"}))
+        .await
+        .response(&json!(1))
+        .unwrap()["result"]
+        .is_object());
+    assert!(chatty
+        .request(json!(1), "logging/setLevel", json!({"level":"debug"}))
+        .await
+        .response(&json!(1))
+        .unwrap()["result"]
+        .is_object());
+    let logs = |r: &Reply| {
+        r.messages
+            .iter()
+            .filter(|m| m["method"] == "notifications/message")
+            .count()
+    };
+    let q = quiet
+        .request(
+            json!(2),
+            "tools/call",
+            json!({"name":"test_tool_with_logging","arguments":{}}),
+        )
+        .await;
+    let c = chatty
+        .request(
+            json!(2),
+            "tools/call",
+            json!({"name":"test_tool_with_logging","arguments":{}}),
+        )
+        .await;
+    assert!(q.response(&json!(2)).is_some() && c.response(&json!(2)).is_some());
+    assert_eq!(
+        logs(&q),
+        0,
+        "info logs filtered for the session at `error`: {}",
+        q.raw
+    );
+    assert!(
+        logs(&c) >= 1,
+        "info logs delivered to the session at `debug`: {}",
+        c.raw
+    );
+    let bad = quiet
+        .request(json!(3), "logging/setLevel", json!({"level":"loud"}))
+        .await;
+    assert_eq!(bad.response(&json!(3)).unwrap()["error"]["code"], -32602);
+}
+
+#[tokio::test]
+async fn resource_updates_reach_only_subscribers() {
+    let g = Gantry::with_config(&shared_config(""));
+    let clients = sessions(&g, 3, json!({})).await;
+    let uri = "test://watched-resource";
+    for c in &clients[..2] {
+        let r = c
+            .request(json!(1), "resources/subscribe", json!({"uri": uri}))
+            .await;
+        assert!(
+            r.response(&json!(1)).unwrap()["result"].is_object(),
+            "{}",
+            r.raw
+        );
+    }
+    let updated = |m: &[Value]| {
+        m.iter()
+            .any(|m| m["method"] == "notifications/resources/updated" && m["params"]["uri"] == uri)
+    };
+    let streams = futures::future::join_all(clients.iter().map(open_get)).await;
+    let mut reads = Vec::new();
+    for (i, s) in streams.into_iter().enumerate() {
+        // Subscribers: until the first update (bounded). The bystander: a fixed window.
+        let window = if i < 2 {
+            Duration::from_secs(10)
+        } else {
+            Duration::from_secs(3)
+        };
+        reads.push(read_until(s, window, move |m| updated(m)));
+    }
+    let got = futures::future::join_all(reads).await;
+    assert!(
+        updated(&got[0]) && updated(&got[1]),
+        "subscribers get updates: {got:?}"
+    );
+    assert!(
+        !updated(&got[2]),
+        "a session that did not subscribe gets none: {:?}",
+        got[2]
+    );
+    // One subscriber leaves; the other still gets updates (the backend stays subscribed).
+    let r = clients[0]
+        .request(json!(2), "resources/unsubscribe", json!({"uri": uri}))
+        .await;
+    assert!(r.response(&json!(2)).unwrap()["result"].is_object());
+    let again = read_until(open_get(&clients[1]).await, Duration::from_secs(10), |m| {
+        updated(m)
+    })
+    .await;
+    assert!(updated(&again));
+}
+
+/// Answers server→client requests on a call's stream, then returns the call's response.
+async fn call_answering(
+    c: &Client,
+    id: Value,
+    name: &str,
+    args: Value,
+    answer: Value,
+) -> (Vec<Value>, Value) {
+    let resp = c
+        .post_builder()
+        .body(json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":name,"arguments":args}}).to_string())
+        .send()
+        .await
+        .unwrap();
+    let mut body = resp.bytes_stream();
+    let mut parser = gantry::sse::Parser::new(1 << 24);
+    let mut asked = Vec::new();
+    let end = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < end {
+        let Ok(Some(Ok(chunk))) = tokio::time::timeout_at(end.into(), body.next()).await else {
+            break;
+        };
+        for ev in parser.feed(&chunk).unwrap() {
+            if ev.data.trim().is_empty() {
+                continue;
+            }
+            let m: Value = serde_json::from_str(&ev.data).unwrap();
+            if m.get("method").is_some() && m.get("id").is_some() {
+                asked.push(m.clone());
+                let reply = json!({"jsonrpc":"2.0","id": m["id"], "result": answer});
+                assert_eq!(c.post(&reply).await.status, 202);
+            } else if m.get("id") == Some(&id) {
+                return (asked, m);
+            }
+        }
+    }
+    panic!("no response to {id}");
+}
+
+#[tokio::test]
+async fn server_requests_go_to_the_only_caller_and_never_to_a_guess() {
+    let g = Gantry::with_config(&shared_config("client_capabilities = { sampling = {} }\n"));
+    let clients = sessions(&g, 2, json!({"sampling": {}})).await;
+    let answer = json!({"role":"assistant","content":{"type":"text","text":"42"},"model":"m","stopReason":"endTurn"});
+    // Alone on the backend: the sampling request reaches the caller and its answer the backend.
+    let (asked, resp) = call_answering(
+        &clients[0],
+        json!(1),
+        "test_sampling",
+        json!({"prompt":"q"}),
+        answer.clone(),
+    )
+    .await;
+    assert_eq!(asked.len(), 1);
+    assert_eq!(asked[0]["method"], "sampling/createMessage");
+    assert!(
+        resp["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("42"),
+        "{resp}"
+    );
+    // With another session's call in flight, whose request it is cannot be known:
+    // nobody is asked, and the backend gets an error instead.
+    let other = clients[1].call_tool(json!(9), "slow", json!({"ms": 3000}));
+    let mine = async {
+        tokio::time::sleep(Duration::from_millis(300)).await; // let `slow` reach the backend first
+        call_answering(
+            &clients[0],
+            json!(2),
+            "test_sampling",
+            json!({"prompt":"q"}),
+            answer.clone(),
+        )
+        .await
+    };
+    let (slow, (asked, resp)) = tokio::join!(other, mine);
+    assert!(asked.is_empty(), "no client was asked: {asked:?}");
+    assert_eq!(
+        resp["result"]["isError"], true,
+        "the tool saw the refusal: {resp}"
+    );
+    assert_eq!(slow["result"]["content"][0]["text"], "done");
+}
+
+async fn metric(g: &Gantry, name: &str) -> Option<f64> {
+    let text = reqwest::get(format!("{}/metrics", g.base))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find(|l| l.starts_with(name))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+/// The done-when stress test of session multiplexing: 200 sessions on one shared
+/// stdio backend, interleaving requests with colliding ids (numbers and strings, the
+/// same id as other sessions, the same id twice in flight within a session),
+/// progress tokens and cancellations. Every response reaches the right session with
+/// the right id, every progress notification its owner, and nothing is left pending.
+#[tokio::test]
+async fn two_hundred_sessions_with_colliding_ids_progress_and_cancellation() {
+    let g = Gantry::with_config(&shared_config(""));
+    let clients = futures::future::join_all((0..200).map(|_| async {
+        let mut c = g.client();
+        c.initialize().await;
+        c
+    }))
+    .await;
+    let work = clients.iter().enumerate().map(|(s, c)| async move {
+        let echo = |id: Value, k: usize| async move {
+            let msg = format!("s{s}-k{k}");
+            let r = c.call_tool(id.clone(), "echo", json!({"message": msg})).await;
+            assert_eq!(r["id"], id);
+            assert_eq!(r["result"]["content"][0]["text"], msg, "session {s} call {k}");
+        };
+        let progress = async {
+            let token = json!(7);
+            let r = c
+                .request(json!(1), "tools/call", json!({"name":"test_tool_with_progress","arguments":{},"_meta":{"progressToken": token}}))
+                .await;
+            let p: Vec<&Value> = r.messages.iter().filter(|m| m["method"] == "notifications/progress").collect();
+            assert_eq!(p.len(), 3, "session {s}: {}", r.raw);
+            assert!(p.iter().all(|m| m["params"]["progressToken"] == token));
+            assert!(r.response(&json!(1)).is_some());
+        };
+        let cancelled = async {
+            if s % 4 != 0 {
+                return;
+            }
+            // A slow call with a string id, cancelled by the client: its stream ends
+            // without a response, and it must not linger upstream.
+            let resp = c
+                .post_builder()
+                .body(json!({"jsonrpc":"2.0","id":"x","method":"tools/call","params":{"name":"slow","arguments":{"ms":5000}}}).to_string())
+                .send()
+                .await
+                .unwrap();
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            assert_eq!(c.notify("notifications/cancelled", json!({"requestId":"x","reason":"test"})).await, 202);
+            let r = Client::read(resp).await;
+            assert!(r.response(&json!("x")).is_none(), "a cancelled request gets no response");
+        };
+        tokio::join!(echo(json!(1), 0), echo(json!(1), 1), echo(json!("1"), 2), progress, cancelled);
+    });
+    futures::future::join_all(work).await;
+    // Nothing pending upstream once every call has ended (bounded poll: cancels and
+    // late responses settle asynchronously).
+    let end = Instant::now() + Duration::from_secs(10);
+    let mut pending = metric(&g, "gantry_backend_pending_requests{backend=\"example\"}").await;
+    while pending != Some(0.0) && Instant::now() < end {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        pending = metric(&g, "gantry_backend_pending_requests{backend=\"example\"}").await;
+    }
+    assert_eq!(pending, Some(0.0), "pending table empty at the end");
+    assert_eq!(
+        metric(&g, "gantry_backend_connections{backend=\"example\"}").await,
+        Some(1.0)
+    );
+    assert_eq!(
+        children_of(g.pid()).len(),
+        1,
+        "one backend process for 200 sessions"
+    );
+}
