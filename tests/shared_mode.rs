@@ -364,3 +364,89 @@ async fn two_hundred_sessions_with_colliding_ids_progress_and_cancellation() {
         "one backend process for 200 sessions"
     );
 }
+
+fn sha256_hex(s: &str) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(s.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// `per-user`: one backend process per principal, shared by that principal's
+/// sessions, and gone when the principal's last session ends.
+#[tokio::test]
+async fn per_user_connections() {
+    let g = Gantry::with_config(&format!(
+        "[[auth.api_keys]]\nprincipal = \"alice\"\nsha256 = \"{}\"\n[[auth.api_keys]]\nprincipal = \"bob\"\nsha256 = \"{}\"\n\
+         [[backends]]\nname = \"example\"\nsession_mode = \"per-user\"\nstdio = {{ command = {:?} }}\n",
+        sha256_hex("alice-key"),
+        sha256_hex("bob-key"),
+        example_bin().to_str().unwrap()
+    ));
+    let with_key = |key: &str| {
+        let mut c = g.client();
+        c.http = reqwest::Client::builder()
+            .default_headers(
+                [(
+                    reqwest::header::AUTHORIZATION,
+                    format!("Bearer {key}").parse().unwrap(),
+                )]
+                .into_iter()
+                .collect(),
+            )
+            .build()
+            .unwrap();
+        c
+    };
+    let (mut a1, mut a2, mut b1) = (
+        with_key("alice-key"),
+        with_key("alice-key"),
+        with_key("bob-key"),
+    );
+    a1.initialize().await;
+    a2.initialize().await;
+    assert_eq!(
+        children_of(g.pid()).len(),
+        1,
+        "two sessions of one principal share one process"
+    );
+    b1.initialize().await;
+    assert_eq!(
+        children_of(g.pid()).len(),
+        2,
+        "another principal gets its own process"
+    );
+    for c in [&a1, &a2, &b1] {
+        let r = c
+            .call_tool(json!(1), "echo", json!({"message": "hi"}))
+            .await;
+        assert_eq!(r["result"]["content"][0]["text"], "hi");
+    }
+    // Alice's first session ends: her process stays for her second one.
+    let del = |c: &Client| {
+        c.http
+            .delete(&c.url)
+            .header("mcp-session-id", c.session.clone().unwrap())
+            .send()
+    };
+    assert_eq!(del(&a1).await.unwrap().status().as_u16(), 200);
+    assert_eq!(children_of(g.pid()).len(), 2);
+    assert_eq!(
+        a2.call_tool(json!(2), "echo", json!({"message": "still"}))
+            .await["result"]["content"][0]["text"],
+        "still"
+    );
+    // Her last session ends: her process goes; Bob's stays.
+    assert_eq!(del(&a2).await.unwrap().status().as_u16(), 200);
+    let end = Instant::now() + Duration::from_secs(10);
+    while children_of(g.pid()).len() != 1 && Instant::now() < end {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(children_of(g.pid()).len(), 1);
+    assert_eq!(
+        b1.call_tool(json!(3), "echo", json!({"message": "bob"}))
+            .await["result"]["content"][0]["text"],
+        "bob"
+    );
+}
