@@ -198,6 +198,44 @@ pub struct BackendConfig {
     /// Crash restart backoff.
     #[serde(default)]
     pub restart: RestartConfig,
+    /// Connection limits and the warm pool.
+    #[serde(default)]
+    pub pool: PoolConfig,
+}
+
+/// Limits on a backend's connections, and warm connections kept ready.
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields, default)]
+pub struct PoolConfig {
+    /// Connections started ahead of need for `per-session` / `per-user` backends, so a
+    /// new session does not wait for a process to start. They are initialized as
+    /// Gantry (with `client_capabilities`), not as the client that later adopts one.
+    /// Default 0.
+    pub min_idle: usize,
+    /// A warm connection older than this is replaced. Default `1h`.
+    #[serde(with = "humantime_serde")]
+    pub max_lifetime: Duration,
+    /// At most this many live connections (processes / HTTP sessions) of this backend;
+    /// a session that would need another gets a clear error. 0 = no limit. Default 0.
+    pub max_connections: usize,
+    /// Requests in flight at once on one connection (many stdio servers handle one at
+    /// a time). 0 = no limit. Default 0.
+    pub max_in_flight: usize,
+    /// Requests that may wait for an in-flight slot; beyond it a request is refused at
+    /// once with "busy". Waiting counts against `request_timeout`. Default 64.
+    pub queue: usize,
+}
+
+impl Default for PoolConfig {
+    fn default() -> Self {
+        Self {
+            min_idle: 0,
+            max_lifetime: Duration::from_secs(3600),
+            max_connections: 0,
+            max_in_flight: 0,
+            queue: 64,
+        }
+    }
 }
 
 fn empty_table() -> serde_json::Value {
@@ -482,6 +520,19 @@ impl ConfigFile {
             if b.request_timeout < Duration::from_millis(10) {
                 problems.push(format!("{key}.request_timeout: must be at least 10ms"));
             }
+            if b.pool.min_idle > 0 && b.session_mode == SessionMode::Shared {
+                problems.push(format!(
+                    "{key}.pool.min_idle: a shared backend has one connection; a warm pool needs per-session or per-user"
+                ));
+            }
+            if b.pool.max_connections > 0 && b.pool.min_idle > b.pool.max_connections {
+                problems.push(format!(
+                    "{key}.pool.min_idle: must not exceed pool.max_connections"
+                ));
+            }
+            if b.pool.max_lifetime < Duration::from_secs(1) {
+                problems.push(format!("{key}.pool.max_lifetime: must be at least 1s"));
+            }
             if !b.client_capabilities.is_object() {
                 problems.push(format!("{key}.client_capabilities: must be a table"));
             }
@@ -624,6 +675,7 @@ pub fn stdio_backend(name: &str, command_line: &str) -> Result<BackendConfig, St
         session_mode: SessionMode::default(),
         client_capabilities: empty_table(),
         restart: RestartConfig::default(),
+        pool: PoolConfig::default(),
     })
 }
 
@@ -642,6 +694,7 @@ pub fn http_backend(name: &str, url: &str) -> BackendConfig {
         session_mode: SessionMode::default(),
         client_capabilities: empty_table(),
         restart: RestartConfig::default(),
+        pool: PoolConfig::default(),
     }
 }
 

@@ -762,6 +762,10 @@ pub async fn serve(
             }
         })
     };
+    let pools = {
+        let (app, stop) = (app.clone(), stop.clone());
+        tokio::spawn(async move { app.router.maintain_pools(stop).await })
+    };
     let drained = CancellationToken::new();
     let drain = {
         let (app, stop, drained) = (app.clone(), stop.clone(), drained.clone());
@@ -795,6 +799,7 @@ pub async fn serve(
     let _ = drain.await;
     drained.cancelled().await;
     app.sessions.end_all().await;
+    let _ = pools.await;
     app.router.shutdown().await;
     result
 }

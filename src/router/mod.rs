@@ -100,9 +100,36 @@ struct Slot {
     stats: Arc<BackendStats>,
     shared: tokio::sync::OnceCell<SharedConn>,
     users: tokio::sync::Mutex<HashMap<String, SharedConn>>,
+    warm: Mutex<Vec<Arc<Conn>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl Slot {
+    /// Starts a connection within `pool.max_connections`.
+    fn start(
+        &self,
+        params: Box<RawValue>,
+        owner: Option<Sink>,
+    ) -> Result<Arc<Conn>, UpstreamError> {
+        if !self.stats.try_reserve(self.cfg.pool.max_connections) {
+            return Err(UpstreamError::AtCapacity {
+                backend: self.cfg.name.clone(),
+                max: self.cfg.pool.max_connections,
+            });
+        }
+        Ok(Conn::start(&self.cfg, params, owner, self.stats.clone()))
+    }
+
+    /// A ready warm connection, if the pool has one.
+    fn take_warm(&self) -> Option<Arc<Conn>> {
+        let mut warm = lock(&self.warm);
+        let pos = warm.iter().position(|c| c.info().is_some())?;
+        Some(warm.swap_remove(pos))
+    }
+
     /// Initialize params for a connection shared by several sessions: Gantry's own
     /// identity and only the client capabilities configured for this backend.
     fn shared_init(&self) -> Box<RawValue> {
@@ -219,6 +246,7 @@ impl Router {
                         stats: Arc::new(BackendStats::default()),
                         shared: tokio::sync::OnceCell::new(),
                         users: tokio::sync::Mutex::new(HashMap::new()),
+                        warm: Mutex::new(Vec::new()),
                     })
                 })
                 .collect(),
@@ -266,81 +294,45 @@ impl Router {
         let key = NEXT_ROUTE.fetch_add(1, Ordering::Relaxed);
         let mut conns = Vec::with_capacity(self.slots.len());
         let mut hubs = Vec::with_capacity(self.slots.len());
-        for slot in &self.slots {
-            let (conn, hub) = match slot.cfg.session_mode {
-                SessionMode::PerSession => {
-                    let params = to_raw(&json!({
-                        "protocolVersion": version,
-                        "capabilities": init.capabilities,
-                        "clientInfo": init.client_info,
-                    }));
-                    (
-                        Conn::start(&slot.cfg, params, Some(owner.clone()), slot.stats.clone()),
-                        None,
-                    )
-                }
-                SessionMode::Shared => {
-                    let (conn, hub) = slot
-                        .shared
-                        .get_or_init(|| async {
-                            let hub = Arc::new(Hub::new(&slot.cfg.name, slot.stats.clone()));
-                            let sink: Sink = hub.clone();
-                            (
-                                Conn::start(
-                                    &slot.cfg,
-                                    slot.shared_init(),
-                                    Some(sink),
-                                    slot.stats.clone(),
-                                ),
-                                hub,
-                            )
-                        })
-                        .await
-                        .clone();
-                    hub.join(key, owner.clone());
-                    (conn, Some(hub))
-                }
-                SessionMode::PerUser => {
-                    let mut users = slot.users.lock().await;
-                    let (conn, hub) = users
-                        .entry(principal.to_owned())
-                        .or_insert_with(|| {
-                            let hub = Arc::new(Hub::new(&slot.cfg.name, slot.stats.clone()));
-                            let sink: Sink = hub.clone();
-                            (
-                                Conn::start(
-                                    &slot.cfg,
-                                    slot.shared_init(),
-                                    Some(sink),
-                                    slot.stats.clone(),
-                                ),
-                                hub,
-                            )
-                        })
-                        .clone();
-                    hub.join(key, owner.clone());
-                    (conn, Some(hub))
-                }
-            };
-            conns.push(conn);
-            hubs.push(hub);
-        }
-        let ready = futures::future::join_all(conns.iter().map(|c| c.ready(cancel))).await;
-        let mut infos: Vec<Option<Arc<InitInfo>>> = Vec::with_capacity(ready.len());
-        let mut live = Vec::with_capacity(conns.len());
         let mut first_err = None;
-        for (conn, r) in conns.into_iter().zip(ready) {
-            match r {
-                Ok(info) => infos.push(Some(info)),
+        for slot in &self.slots {
+            match self
+                .connect(slot, key, principal, version, init, &owner)
+                .await
+            {
+                Ok((conn, hub)) => {
+                    conns.push(Some(conn));
+                    hubs.push(hub);
+                }
                 Err(e) => {
-                    tracing::warn!(backend = conn.name(), error = %e, "backend unavailable for new session");
+                    tracing::warn!(backend = %slot.cfg.name, error = %e, "no connection for new session");
                     first_err.get_or_insert(e);
-                    infos.push(None);
+                    conns.push(None);
+                    hubs.push(None);
                 }
             }
-            // Kept even when not ready: it retries in the background and may serve later calls.
-            live.push(Some(conn));
         }
+        let ready = futures::future::join_all(conns.iter().map(|c| async move {
+            match c {
+                Some(c) => Some(c.ready(cancel).await),
+                None => None,
+            }
+        }))
+        .await;
+        let mut infos: Vec<Option<Arc<InitInfo>>> = Vec::with_capacity(ready.len());
+        for (conn, r) in conns.iter().zip(ready) {
+            match (conn, r) {
+                (_, Some(Ok(info))) => infos.push(Some(info)),
+                (Some(conn), Some(Err(e))) => {
+                    tracing::warn!(backend = conn.name(), error = %e, "backend unavailable for new session");
+                    first_err.get_or_insert(e);
+                    // Kept: it retries in the background and may serve later calls.
+                    infos.push(None);
+                }
+                _ => infos.push(None),
+            }
+        }
+        let live = conns;
         let route = SessionRoute {
             key,
             principal: principal.to_owned(),
@@ -361,6 +353,107 @@ impl Router {
         }
         let result = self.initialize_result(version, &infos);
         Ok((route, result))
+    }
+
+    /// The connection a new session uses for `slot`: its own (warm from the pool if
+    /// one is ready), the shared one, or its principal's.
+    async fn connect(
+        &self,
+        slot: &Arc<Slot>,
+        key: u64,
+        principal: &str,
+        version: &str,
+        init: &ClientInit,
+        owner: &Sink,
+    ) -> Result<(Arc<Conn>, Option<Arc<Hub>>), UpstreamError> {
+        match slot.cfg.session_mode {
+            SessionMode::PerSession => {
+                if let Some(conn) = slot.take_warm() {
+                    conn.set_owner(owner.clone());
+                    return Ok((conn, None));
+                }
+                let params = to_raw(&json!({
+                    "protocolVersion": version,
+                    "capabilities": init.capabilities,
+                    "clientInfo": init.client_info,
+                }));
+                Ok((slot.start(params, Some(owner.clone()))?, None))
+            }
+            SessionMode::Shared => {
+                let (conn, hub) = slot
+                    .shared
+                    .get_or_try_init(|| async {
+                        let hub = Arc::new(Hub::new(&slot.cfg.name, slot.stats.clone()));
+                        let sink: Sink = hub.clone();
+                        Ok::<_, UpstreamError>((slot.start(slot.shared_init(), Some(sink))?, hub))
+                    })
+                    .await?
+                    .clone();
+                hub.join(key, owner.clone());
+                Ok((conn, Some(hub)))
+            }
+            SessionMode::PerUser => {
+                let mut users = slot.users.lock().await;
+                let (conn, hub) = match users.get(principal) {
+                    Some(existing) => existing.clone(),
+                    None => {
+                        let hub = Arc::new(Hub::new(&slot.cfg.name, slot.stats.clone()));
+                        let sink: Sink = hub.clone();
+                        let conn = match slot.take_warm() {
+                            Some(c) => {
+                                c.set_owner(sink);
+                                c
+                            }
+                            None => slot.start(slot.shared_init(), Some(sink))?,
+                        };
+                        users.insert(principal.to_owned(), (conn.clone(), hub.clone()));
+                        (conn, hub)
+                    }
+                };
+                hub.join(key, owner.clone());
+                Ok((conn, Some(hub)))
+            }
+        }
+    }
+
+    /// Keeps every warm pool at `pool.min_idle` ready connections, replacing those
+    /// older than `pool.max_lifetime`. Runs until `stop`.
+    pub async fn maintain_pools(&self, stop: CancellationToken) {
+        if self.slots.iter().all(|s| s.cfg.pool.min_idle == 0) {
+            return;
+        }
+        loop {
+            for slot in &self.slots {
+                if slot.cfg.pool.min_idle == 0 {
+                    continue;
+                }
+                let expired: Vec<Arc<Conn>> = {
+                    let mut warm = lock(&slot.warm);
+                    let (old, keep): (Vec<_>, Vec<_>) = warm
+                        .drain(..)
+                        .partition(|c| c.age() >= slot.cfg.pool.max_lifetime);
+                    *warm = keep;
+                    old
+                };
+                for c in expired {
+                    tokio::spawn(async move { c.shutdown().await });
+                }
+                while lock(&slot.warm).len() < slot.cfg.pool.min_idle {
+                    match slot.start(slot.shared_init(), None) {
+                        Ok(c) => lock(&slot.warm).push(c),
+                        Err(_) => break,
+                    }
+                }
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(std::time::Duration::from_millis(250)) => {}
+                _ = stop.cancelled() => break,
+            }
+        }
+        for slot in &self.slots {
+            let warm: Vec<Arc<Conn>> = lock(&slot.warm).drain(..).collect();
+            futures::future::join_all(warm.iter().map(|c| c.shutdown())).await;
+        }
     }
 
     fn initialize_result(&self, version: &str, infos: &[Option<Arc<InitInfo>>]) -> Value {

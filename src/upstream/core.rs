@@ -82,7 +82,12 @@ pub(crate) struct Core {
     /// The incarnation messages may be sent to now (0 while none is alive). Set before
     /// an incarnation's pending requests are failed, so no request can slip between.
     pub live_gen: AtomicU64,
-    owner: Option<Sink>,
+    owner: Mutex<Option<Sink>>,
+    /// In-flight limit: permits, the limit, and how many wait for one.
+    slots: Option<(tokio::sync::Semaphore, usize)>,
+    queue: usize,
+    waiting: std::sync::atomic::AtomicUsize,
+    pub started: std::time::Instant,
     /// The params of the `initialize` Gantry sends on every (re)start.
     pub init_params: Box<RawValue>,
     pub request_timeout: Duration,
@@ -304,6 +309,10 @@ impl Core {
         matches!(*self.state.borrow(), State::Closed)
     }
 
+    fn owner(&self) -> Option<Sink> {
+        lock(&self.owner).clone()
+    }
+
     fn drop_unattributed(&self, what: &str) {
         self.stats.unattributed.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(backend = %self.name, what, "backend message with no client to deliver it to; dropped");
@@ -361,14 +370,13 @@ impl Core {
                     h.abort();
                 }
             }
-            "notifications/message" => match self.attribute(related).or_else(|| self.owner.clone())
-            {
+            "notifications/message" => match self.attribute(related).or_else(|| self.owner()) {
                 Some(sink) => sink.notify(n),
                 None => self.drop_unattributed("log message"),
             },
             _ => match related
                 .and_then(|_| self.attribute(related))
-                .or_else(|| self.owner.clone())
+                .or_else(|| self.owner())
             {
                 Some(sink) => sink.notify(n),
                 None => self.drop_unattributed("notification"),
@@ -381,7 +389,7 @@ impl Core {
             self.send_line(gen, Response::ok(req.id, empty_object()).to_json());
             return;
         }
-        let Some(sink) = self.attribute(related).or_else(|| self.owner.clone()) else {
+        let Some(sink) = self.attribute(related).or_else(|| self.owner()) else {
             self.drop_unattributed("server-to-client request");
             let err = RpcError::new(
                 code::METHOD_NOT_FOUND,
@@ -406,6 +414,12 @@ impl Core {
             core.send_line(gen, resp.to_json());
         });
         lock(&self.asks).insert(key, task.abort_handle());
+    }
+}
+
+impl Drop for Core {
+    fn drop(&mut self) {
+        self.stats.release();
     }
 }
 
@@ -480,7 +494,8 @@ pub struct Conn {
 }
 
 impl Conn {
-    /// Starts a connection to `cfg`'s backend. It initializes with `init_params` (and
+    /// Starts a connection to `cfg`'s backend. The caller must have reserved it with
+    /// [`super::BackendStats::try_reserve`]; the reservation ends when it is dropped. It initializes with `init_params` (and
     /// again after every restart); traffic no call can claim goes to `owner`.
     pub fn start(
         cfg: &BackendConfig,
@@ -498,7 +513,16 @@ impl Conn {
             out: out_tx,
             state,
             live_gen: AtomicU64::new(0),
-            owner,
+            owner: Mutex::new(owner),
+            slots: (cfg.pool.max_in_flight > 0).then(|| {
+                (
+                    tokio::sync::Semaphore::new(cfg.pool.max_in_flight),
+                    cfg.pool.max_in_flight,
+                )
+            }),
+            queue: cfg.pool.queue,
+            waiting: std::sync::atomic::AtomicUsize::new(0),
+            started: std::time::Instant::now(),
             init_params,
             request_timeout: cfg.request_timeout,
             init_timeout: cfg.init_timeout,
@@ -563,6 +587,7 @@ impl Conn {
         params: Option<Box<RawValue>>,
         ctx: &CallCtx,
     ) -> Result<Response, UpstreamError> {
+        let _permit = self.in_flight_permit(ctx).await?;
         let (gen, _) = self.core.wait_ready(&ctx.cancel).await?;
         self.core
             .request(
@@ -574,6 +599,49 @@ impl Conn {
                 self.core.request_timeout,
             )
             .await
+    }
+
+    /// Waits for an in-flight slot when the connection has a limit: immediately
+    /// refused when the queue is full; waiting counts against the request timeout.
+    async fn in_flight_permit(
+        &self,
+        ctx: &CallCtx,
+    ) -> Result<Option<tokio::sync::SemaphorePermit<'_>>, UpstreamError> {
+        let Some((sem, limit)) = &self.core.slots else {
+            return Ok(None);
+        };
+        if let Ok(p) = sem.try_acquire() {
+            return Ok(Some(p));
+        }
+        let busy = || UpstreamError::Busy {
+            backend: self.core.name.clone(),
+            in_flight: *limit,
+        };
+        if self.core.waiting.fetch_add(1, Ordering::AcqRel) >= self.core.queue {
+            self.core.waiting.fetch_sub(1, Ordering::AcqRel);
+            return Err(busy());
+        }
+        let r = tokio::select! {
+            p = sem.acquire() => p.map(Some).map_err(|_| UpstreamError::Closed { backend: self.core.name.clone() }),
+            _ = tokio::time::sleep(self.core.request_timeout) => Err(UpstreamError::Timeout {
+                backend: self.core.name.clone(),
+                after: self.core.request_timeout,
+            }),
+            _ = ctx.cancel.cancelled() => Err(UpstreamError::Cancelled),
+        };
+        self.core.waiting.fetch_sub(1, Ordering::AcqRel);
+        r
+    }
+
+    /// Hands unattributable traffic to a new owner (a warm connection adopted by a
+    /// session).
+    pub fn set_owner(&self, owner: Sink) {
+        *lock(&self.core.owner) = Some(owner);
+    }
+
+    /// How long ago the connection was started.
+    pub fn age(&self) -> std::time::Duration {
+        self.core.started.elapsed()
     }
 
     /// Forwards a notification (e.g. `notifications/roots/list_changed`).

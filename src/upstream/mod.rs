@@ -31,6 +31,8 @@ pub struct BackendStats {
     pub restarts: AtomicU64,
     /// Requests answered by a JSON-RPC error Gantry made (crash, timeout, unavailable).
     pub failures: AtomicU64,
+    /// Live connections (counted from start until the connection is dropped).
+    live: std::sync::atomic::AtomicUsize,
     conns: Mutex<Vec<Weak<core::Core>>>,
 }
 
@@ -42,6 +44,29 @@ impl BackendStats {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         v.retain(|w| w.strong_count() > 0);
         v.push(std::sync::Arc::downgrade(c));
+    }
+
+    /// Reserves a connection under `max` (0 = no limit); false when the cap is reached.
+    /// The reservation is released when the connection's core is dropped.
+    pub fn try_reserve(&self, max: usize) -> bool {
+        use std::sync::atomic::Ordering::AcqRel;
+        let mut cur = self.live.load(Ordering::Acquire);
+        loop {
+            if max > 0 && cur >= max {
+                return false;
+            }
+            match self
+                .live
+                .compare_exchange(cur, cur + 1, AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return true,
+                Err(now) => cur = now,
+            }
+        }
+    }
+
+    pub(crate) fn release(&self) {
+        self.live.fetch_sub(1, Ordering::AcqRel);
     }
 
     /// (live connections, requests waiting for the backend) right now.
@@ -99,6 +124,22 @@ pub enum UpstreamError {
     /// The client cancelled the request (or its session ended).
     #[error("request cancelled")]
     Cancelled,
+    /// The connection's in-flight limit and queue are both full.
+    #[error("backend `{backend}` is busy: {in_flight} requests in flight and the queue is full")]
+    Busy {
+        /// Backend name.
+        backend: String,
+        /// The in-flight limit.
+        in_flight: usize,
+    },
+    /// The backend's connection limit is reached.
+    #[error("backend `{backend}` has reached its connection limit ({max})")]
+    AtCapacity {
+        /// Backend name.
+        backend: String,
+        /// `pool.max_connections`.
+        max: usize,
+    },
     /// The backend answered with something that is not acceptable.
     #[error("backend `{backend}` sent an invalid reply: {reason}")]
     Protocol {
@@ -123,6 +164,8 @@ impl UpstreamError {
             | Self::Crashed { backend, .. }
             | Self::Timeout { backend, .. }
             | Self::Protocol { backend, .. }
+            | Self::Busy { backend, .. }
+            | Self::AtCapacity { backend, .. }
             | Self::Closed { backend } => Some(backend.clone()),
             Self::Cancelled => None,
         };

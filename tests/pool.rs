@@ -1,0 +1,153 @@
+//! Connection limits and the warm pool of per-session stdio backends.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+mod common;
+use common::*;
+use serde_json::json;
+use std::time::{Duration, Instant};
+
+fn config(pool: &str) -> String {
+    format!(
+        "[[backends]]\nname = \"example\"\nstdio = {{ command = {:?} }}\n[backends.pool]\n{pool}",
+        example_bin().to_str().unwrap()
+    )
+}
+
+fn wait_children(g: &Gantry, n: usize) -> bool {
+    let end = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < end {
+        if children_of(g.pid()).len() == n {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+#[tokio::test]
+async fn warm_pool_keeps_min_idle_processes_ready() {
+    let g = Gantry::with_config(&config("min_idle = 2\n"));
+    assert!(
+        wait_children(&g, 2),
+        "two warm processes before any client: {:?}",
+        children_of(g.pid())
+    );
+    let mut c = g.client();
+    c.initialize().await;
+    // The session adopted a warm process; the pool is topped up again.
+    assert!(wait_children(&g, 3), "{:?}", children_of(g.pid()));
+    let r = c
+        .call_tool(json!(1), "echo", json!({"message": "warm"}))
+        .await;
+    assert_eq!(r["result"]["content"][0]["text"], "warm");
+    let del = c
+        .http
+        .delete(&c.url)
+        .header("mcp-session-id", c.session.clone().unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(del.status().as_u16(), 200);
+    assert!(
+        wait_children(&g, 2),
+        "the session's process is gone, the warm ones stay"
+    );
+}
+
+#[tokio::test]
+async fn connection_cap_is_a_clear_error() {
+    let g = Gantry::with_config(&config("max_connections = 2\n"));
+    let mut a = g.client();
+    a.initialize().await;
+    let mut b = g.client();
+    b.initialize().await;
+    let third = g
+        .client()
+        .post(&json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
+            "protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}))
+        .await;
+    let err = third.response(&json!(0)).unwrap()["error"].clone();
+    assert!(
+        err["message"]
+            .as_str()
+            .unwrap()
+            .contains("connection limit (2)"),
+        "{err}"
+    );
+    assert!(
+        third.headers.get("mcp-session-id").is_none(),
+        "no session for a refused initialize"
+    );
+    assert_eq!(children_of(g.pid()).len(), 2);
+    // A slot frees up when a session ends.
+    let del = a
+        .http
+        .delete(&a.url)
+        .header("mcp-session-id", a.session.clone().unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(del.status().as_u16(), 200);
+    let mut c = g.client();
+    c.initialize().await;
+    assert_eq!(
+        c.call_tool(json!(1), "echo", json!({"message": "in"}))
+            .await["result"]["content"][0]["text"],
+        "in"
+    );
+}
+
+async fn in_flight_reaches(g: &Gantry, n: u64) -> bool {
+    let end = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < end {
+        let text = reqwest::get(format!("{}/metrics", g.base))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let now = text
+            .lines()
+            .find(|l| l.starts_with("gantry_calls_in_flight "))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<u64>().ok());
+        if now == Some(n) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    false
+}
+
+#[tokio::test]
+async fn in_flight_limit_queues_then_refuses() {
+    let g = Gantry::with_config(&config("max_in_flight = 1\nqueue = 1\n"));
+    let mut c = g.client();
+    c.initialize().await;
+    let started = Instant::now();
+    let first = c.call_tool(json!(1), "slow", json!({"ms": 1000}));
+    // Each next request is sent once the previous one is in flight (or queued).
+    let second = async {
+        assert!(in_flight_reaches(&g, 1).await);
+        c.call_tool(json!(2), "slow", json!({"ms": 10})).await
+    };
+    let third = async {
+        assert!(in_flight_reaches(&g, 2).await);
+        c.call_tool(json!(3), "echo", json!({"message": "x"})).await
+    };
+    let (a, b, busy) = tokio::join!(first, second, third);
+    assert_eq!(a["result"]["content"][0]["text"], "done");
+    assert_eq!(
+        b["result"]["content"][0]["text"], "done",
+        "the queued request ran after the first"
+    );
+    assert!(started.elapsed() >= Duration::from_millis(1000));
+    assert!(
+        busy["error"]["message"].as_str().unwrap().contains("busy"),
+        "{busy}"
+    );
+}
