@@ -450,3 +450,42 @@ async fn per_user_connections() {
         "bob"
     );
 }
+
+/// A client that stops reading its streams costs Gantry a bounded buffer and never
+/// slows anyone else down, even on the same backend connection.
+#[tokio::test]
+async fn a_slow_reader_does_not_stall_other_sessions() {
+    let g = Gantry::with_config(&shared_config(""));
+    let clients = sessions(&g, 2, json!({})).await;
+    let (slow, fast) = (&clients[0], &clients[1]);
+    let big = "x".repeat(256 * 1024);
+    // The slow client sends 16 large calls and never reads a byte of the answers.
+    let mut unread = Vec::new();
+    for i in 0..16 {
+        let body = json!({"jsonrpc":"2.0","id":i,"method":"tools/call","params":{"name":"echo","arguments":{"message": big}}});
+        unread.push(
+            slow.post_builder()
+                .body(body.to_string())
+                .send()
+                .await
+                .unwrap(),
+        );
+    }
+    let started = Instant::now();
+    for i in 0..20 {
+        let r = fast
+            .call_tool(json!(i), "echo", json!({"message": format!("m{i}")}))
+            .await;
+        assert_eq!(r["result"]["content"][0]["text"], format!("m{i}"));
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "the other session was not held up"
+    );
+    drop(unread);
+    // Gantry is still healthy and the slow client's session still works.
+    let r = slow
+        .call_tool(json!("after"), "echo", json!({"message": "ok"}))
+        .await;
+    assert_eq!(r["result"]["content"][0]["text"], "ok");
+}

@@ -15,6 +15,11 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+/// Bytes one stream's log may hold; beyond it the oldest events are dropped (a
+/// reader that still needed them is ended, never fed a gap). With the per-stream
+/// event count this bounds what a slow or absent reader can make Gantry buffer.
+pub const MAX_STREAM_BYTES: usize = 8 * 1024 * 1024;
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
@@ -30,6 +35,7 @@ pub struct EventStream {
 
 struct Inner {
     events: VecDeque<(u64, Arc<str>)>,
+    bytes: usize,
     next_seq: u64,
     closed: bool,
     reader: u64,
@@ -58,6 +64,7 @@ impl EventStream {
             id,
             inner: Mutex::new(Inner {
                 events: VecDeque::new(),
+                bytes: 0,
                 next_seq: 1,
                 closed: false,
                 reader: 0,
@@ -78,9 +85,12 @@ impl EventStream {
             }
             let seq = g.next_seq;
             g.next_seq += 1;
+            g.bytes += json.len();
             g.events.push_back((seq, Arc::from(json)));
-            while g.events.len() > self.cap {
-                g.events.pop_front();
+            while g.events.len() > self.cap || (g.bytes > MAX_STREAM_BYTES && g.events.len() > 1) {
+                if let Some((_, old)) = g.events.pop_front() {
+                    g.bytes -= old.len();
+                }
             }
         }
         self.notify.notify_waiters();
@@ -300,6 +310,21 @@ mod tests {
         let r = s.attach();
         assert!(matches!(s.read(0, r), StreamRead::Gap));
         assert!(matches!(s.read(3, r), StreamRead::Events(v) if v.len() == 2));
+    }
+
+    #[tokio::test]
+    async fn bytes_are_bounded_too() {
+        let s = Arc::new(EventStream::new(1, 1000));
+        let big = "x".repeat(MAX_STREAM_BYTES / 2 + 1);
+        for _ in 0..3 {
+            s.push(big.clone());
+        }
+        let r = s.attach();
+        assert!(
+            matches!(s.read(0, r), StreamRead::Gap),
+            "the oldest were dropped"
+        );
+        assert!(matches!(s.read(2, r), StreamRead::Events(v) if v.len() == 1));
     }
 
     #[tokio::test]
