@@ -401,7 +401,9 @@ impl ConfigFile {
                 self.server.path
             ));
         }
-        if ["/healthz", "/readyz", "/sse", "/messages"].contains(&self.server.path.as_str()) {
+        if ["/healthz", "/readyz", "/metrics", "/sse", "/messages"]
+            .contains(&self.server.path.as_str())
+        {
             problems.push(format!(
                 "server.path: `{}` is already used by Gantry; choose another, like /mcp",
                 self.server.path

@@ -374,10 +374,9 @@ impl Core {
                 Some(sink) => sink.notify(n),
                 None => self.drop_unattributed("log message"),
             },
-            _ => match related
-                .and_then(|_| self.attribute(related))
-                .or_else(|| self.owner())
-            {
+            // list_changed, resources/updated …: about the connection, not one call,
+            // whichever stream carried them; the owner (session or hub) fans out.
+            _ => match self.owner() {
                 Some(sink) => sink.notify(n),
                 None => self.drop_unattributed("notification"),
             },
@@ -587,7 +586,9 @@ impl Conn {
         params: Option<Box<RawValue>>,
         ctx: &CallCtx,
     ) -> Result<Response, UpstreamError> {
-        let _permit = self.in_flight_permit(ctx).await?;
+        // Time spent queued for an in-flight slot counts against the request timeout.
+        let deadline = tokio::time::Instant::now() + self.core.request_timeout;
+        let _permit = self.in_flight_permit(ctx, deadline).await?;
         let (gen, _) = self.core.wait_ready(&ctx.cancel).await?;
         self.core
             .request(
@@ -596,7 +597,7 @@ impl Conn {
                 params,
                 Some(ctx.sink.clone()),
                 &ctx.cancel,
-                self.core.request_timeout,
+                deadline.saturating_duration_since(tokio::time::Instant::now()),
             )
             .await
     }
@@ -606,6 +607,7 @@ impl Conn {
     async fn in_flight_permit(
         &self,
         ctx: &CallCtx,
+        deadline: tokio::time::Instant,
     ) -> Result<Option<tokio::sync::SemaphorePermit<'_>>, UpstreamError> {
         let Some((sem, limit)) = &self.core.slots else {
             return Ok(None);
@@ -623,7 +625,7 @@ impl Conn {
         }
         let r = tokio::select! {
             p = sem.acquire() => p.map(Some).map_err(|_| UpstreamError::Closed { backend: self.core.name.clone() }),
-            _ = tokio::time::sleep(self.core.request_timeout) => Err(UpstreamError::Timeout {
+            _ = tokio::time::sleep_until(deadline) => Err(UpstreamError::Timeout {
                 backend: self.core.name.clone(),
                 after: self.core.request_timeout,
             }),

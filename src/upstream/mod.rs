@@ -29,8 +29,6 @@ pub struct BackendStats {
     pub unattributed: AtomicU64,
     /// Times a connection was restarted after its process exited or its session broke.
     pub restarts: AtomicU64,
-    /// Requests answered by a JSON-RPC error Gantry made (crash, timeout, unavailable).
-    pub failures: AtomicU64,
     /// Live connections (counted from start until the connection is dropped).
     live: std::sync::atomic::AtomicUsize,
     conns: Mutex<Vec<Weak<core::Core>>>,
