@@ -119,7 +119,11 @@ fn check_config(path: &Path) -> std::process::ExitCode {
     }
 }
 
-fn example_server() -> std::process::ExitCode {
+/// Runs `fut` on a multi-threaded runtime; an error is printed as `what: error`.
+fn block_on(
+    what: &str,
+    fut: impl std::future::Future<Output = anyhow::Result<()>>,
+) -> std::process::ExitCode {
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -130,10 +134,11 @@ fn example_server() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    match rt.block_on(gantry::example::serve_stdio()) {
+    match rt.block_on(fut) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("example server: {e:#}");
+            tracing::error!("{e:#}");
+            eprintln!("{what}: {e:#}");
             std::process::ExitCode::FAILURE
         }
     }
@@ -161,28 +166,13 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     match &cli.command {
         Some(Command::CheckConfig { file }) => return check_config(file),
-        Some(Command::ExampleServer) => return example_server(),
+        Some(Command::ExampleServer) => {
+            return block_on("example server", gantry::example::serve_stdio())
+        }
         None => {}
     }
     telemetry::init(cli.log_format);
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("cannot start the runtime: {e}");
-            return std::process::ExitCode::FAILURE;
-        }
-    };
-    match rt.block_on(run(cli)) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            tracing::error!("{e:#}");
-            eprintln!("gantry: {e:#}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    block_on("gantry", run(cli))
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
