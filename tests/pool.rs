@@ -151,3 +151,32 @@ async fn in_flight_limit_queues_then_refuses() {
         "{busy}"
     );
 }
+
+/// An idle session expires like a DELETEd one: its backend process (and the
+/// process's group) goes, and the reaping is counted in the metrics.
+#[tokio::test]
+async fn idle_expiry_stops_the_session_process_and_is_counted() {
+    let g = Gantry::with_config(&format!(
+        "[server]\nsession_idle_timeout = \"1s\"\n{}",
+        config("")
+    ));
+    let mut c = g.client();
+    c.initialize().await;
+    assert_eq!(children_of(g.pid()).len(), 1);
+    assert!(
+        wait_children(&g, 0),
+        "the expired session's process is gone"
+    );
+    let text = reqwest::get(format!("{}/metrics", g.base))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let reaped = text
+        .lines()
+        .find(|l| l.starts_with("gantry_sessions_reaped_total "))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse::<u64>().ok());
+    assert_eq!(reaped, Some(1), "{text}");
+}
