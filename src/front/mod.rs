@@ -788,6 +788,13 @@ pub async fn serve(
         })
     };
     let routes = routes(app.clone());
+    // Small SSE writes must not wait for the peer's delayed ACK (Nagle): ~40 ms a call.
+    use axum::serve::ListenerExt;
+    let listener = listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+        }
+    });
     let result = axum::serve(listener, routes)
         .with_graceful_shutdown({
             let stop = stop.clone();

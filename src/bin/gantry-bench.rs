@@ -1,0 +1,1682 @@
+//! `gantry-bench`: a closed-loop load generator for Gantry.
+//!
+//! N concurrent clients, each with its own MCP session and its own keep-alive HTTP
+//! connection, call the `echo` tool in a loop with a P-byte payload and check every
+//! answer (exact text, right id). Each (N, P) is measured against, in turn:
+//!
+//! * `direct`: a minimal Streamable HTTP MCP server with no gateway (this same binary
+//!   run as `gantry-bench --serve-direct`, JSON responses): the floor;
+//! * `shared` / `per-session`: Gantry in front of the example server over stdio
+//!   (`gantry example-server`) in that `session_mode`.
+//!
+//! Every server runs as a child process started for one measurement and stopped after
+//! it, so CPU time (of the whole process tree, from `/proc`: see [`proc::cpu_delta`])
+//! and RSS (`VmRSS` from `/proc/<pid>/status`, summed over the tree) are read the same
+//! way for every target. Then K idle sessions are opened against Gantry in `shared`
+//! mode and the RSS growth per session is reported. BENCHMARKS.md describes the method.
+//!
+//! ```text
+//! cargo build --release --bins
+//! target/release/gantry-bench                                   # full matrix (~3 min)
+//! target/release/gantry-bench --duration 2s --clients 1,16 --payloads 100 --idle-sessions 0
+//! target/release/gantry-bench --markdown > results.md           # table for BENCHMARKS.md
+//! ```
+//!
+//! Only 127.0.0.1 is used. Every loop is bounded in time and count; every process the
+//! bench starts is killed when it ends, on error, and on Ctrl-C / SIGTERM.
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Parser;
+use nix::sys::signal::{kill, killpg, Signal};
+use nix::unistd::Pid;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::ffi::OsString;
+use std::fmt::Write as _;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, ExitCode, Stdio};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// The `session_mode` values of Gantry the bench can measure. Adding a mode (for
+/// example `per-user`) is one line here: it becomes a valid `--modes` value and its
+/// name goes into the generated configuration unchanged.
+const GANTRY_MODES: &[&str] = &["shared", "per-session"];
+
+/// The MCP protocol version the clients speak.
+const PROTOCOL: &str = "2025-11-25";
+/// Hard bound of one client's loop, whatever the duration.
+const MAX_CALLS_PER_CLIENT: u64 = 50_000_000;
+/// A client gives up after this many failed calls (every one is counted and reported).
+const MAX_ERRORS_PER_CLIENT: u64 = 20;
+/// Sessions opened at once while setting up clients or idle sessions.
+const SETUP_CONCURRENCY: usize = 16;
+/// A started server must print its address within this.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a server gets to exit after SIGTERM before it (and its tree) is killed.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+/// Lines of a server's stderr kept to explain a failure.
+const LOG_TAIL: usize = 40;
+
+/// Closed-loop benchmark of Gantry against a direct MCP server (see the module docs).
+#[derive(Parser, Debug)]
+#[command(name = "gantry-bench", version, about)]
+struct Cli {
+    /// The gantry executable. Default: `gantry` next to this binary.
+    #[arg(long, value_name = "PATH")]
+    gantry: Option<PathBuf>,
+    /// Measured time per (target, N, P).
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    duration: Duration,
+    /// Load applied before measuring, per (target, N, P).
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    warmup: Duration,
+    /// Numbers of concurrent clients (sessions, connections).
+    #[arg(long, value_delimiter = ',', default_value = "1,16,64,256")]
+    clients: Vec<usize>,
+    /// Echo payload sizes in bytes.
+    #[arg(long, value_delimiter = ',', default_value = "100,10240")]
+    payloads: Vec<usize>,
+    /// Targets, measured in this order for each (N, P): `direct` and Gantry session
+    /// modes (`shared`, `per-session`).
+    #[arg(long, value_delimiter = ',', default_value = "direct,shared,per-session", value_parser = parse_target)]
+    modes: Vec<Target>,
+    /// Idle sessions opened against Gantry in `shared` mode to measure memory per
+    /// session; 0 skips the measurement.
+    #[arg(long, default_value_t = 2000, value_name = "K")]
+    idle_sessions: usize,
+    /// Print the results as Markdown tables (for BENCHMARKS.md).
+    #[arg(long)]
+    markdown: bool,
+    /// Send `Accept: application/json` only, so Gantry answers with plain JSON instead
+    /// of an SSE stream (default: `application/json, text/event-stream`, as the
+    /// specification requires of clients).
+    #[arg(long)]
+    json_only: bool,
+    /// Deadline of one HTTP request.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    request_timeout: Duration,
+    /// `RUST_LOG` given to gantry.
+    #[arg(long, default_value = "info", value_name = "FILTER")]
+    gantry_log: String,
+    /// Internal: run the direct MCP server (prints its URL on stderr).
+    #[arg(long, hide = true)]
+    serve_direct: bool,
+}
+
+/// What a measurement runs against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Target {
+    /// The in-binary minimal MCP server, no gateway.
+    Direct,
+    /// Gantry with the example server over stdio in this `session_mode`.
+    Gantry(&'static str),
+}
+
+impl Target {
+    fn name(self) -> &'static str {
+        match self {
+            Target::Direct => "direct",
+            Target::Gantry(mode) => mode,
+        }
+    }
+}
+
+fn parse_target(s: &str) -> Result<Target, String> {
+    if s == "direct" {
+        return Ok(Target::Direct);
+    }
+    GANTRY_MODES
+        .iter()
+        .find(|m| **m == s)
+        .map(|m| Target::Gantry(m))
+        .ok_or_else(|| format!("`{s}` is not one of: direct, {}", GANTRY_MODES.join(", ")))
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if cli.serve_direct {
+        return match direct::serve() {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("gantry-bench direct server: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    // Orphans of the servers we start (a backend whose gantry died) are re-parented
+    // to us, so the final sweep finds them. Best effort.
+    let _ = nix::sys::prctl::set_child_subreaper(true);
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("gantry-bench: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let outcome = rt.block_on(async {
+        tokio::select! {
+            r = run(cli) => r,
+            s = stop_signal() => Err(anyhow!("{s} received; stopped")),
+        }
+    });
+    // Dropping the runtime aborts the client tasks; the servers were killed when
+    // `run` returned or was dropped. Sweep whatever is left anyway.
+    drop(rt);
+    proc::kill_descendants(std::process::id());
+    match outcome {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => {
+            eprintln!("gantry-bench: some measurements failed (see above)");
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("gantry-bench: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn stop_signal() -> &'static str {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        // No handlers: never resolve, the run ends by itself.
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+    }
+}
+
+/// Everything one run needs besides the matrix.
+struct Env {
+    gantry: PathBuf,
+    bench: PathBuf,
+    dir: TempDir,
+    clk_tck: u64,
+    accept: &'static str,
+    request_timeout: Duration,
+    gantry_log: String,
+}
+
+/// Runs the matrix and the idle-session measurement. `Ok(false)`: some cell failed.
+async fn run(cli: Cli) -> Result<bool> {
+    if cli.clients.is_empty() || cli.payloads.is_empty() || cli.modes.is_empty() {
+        bail!("--clients, --payloads and --modes must each name at least one value");
+    }
+    if cli.clients.contains(&0) {
+        bail!("--clients: every value must be at least 1");
+    }
+    if cli.duration.is_zero() {
+        bail!("--duration must be positive");
+    }
+    let bench = std::env::current_exe().context("cannot locate the gantry-bench executable")?;
+    let gantry = match &cli.gantry {
+        Some(p) => p.clone(),
+        None => bench
+            .parent()
+            .map(|d| d.join("gantry"))
+            .context("the bench executable has no directory")?,
+    };
+    let needs_gantry =
+        cli.idle_sessions > 0 || cli.modes.iter().any(|t| matches!(t, Target::Gantry(_)));
+    if needs_gantry && !gantry.is_file() {
+        bail!(
+            "{} does not exist: build it with `cargo build --release --bins` or pass --gantry PATH",
+            gantry.display()
+        );
+    }
+    let gantry = gantry.canonicalize().unwrap_or(gantry);
+    let env = Env {
+        gantry,
+        bench,
+        dir: TempDir::new()?,
+        clk_tck: clock_ticks(),
+        accept: if cli.json_only {
+            "application/json"
+        } else {
+            "application/json, text/event-stream"
+        },
+        request_timeout: cli.request_timeout,
+        gantry_log: cli.gantry_log.clone(),
+    };
+    let mut cells: Vec<(usize, usize, Target)> = Vec::new();
+    for &n in &cli.clients {
+        for &p in &cli.payloads {
+            for &t in &cli.modes {
+                cells.push((n, p, t));
+            }
+        }
+    }
+    let per_cell = cli.warmup + cli.duration;
+    eprintln!(
+        "gantry-bench: {} measurements of {} + {} warm-up; gantry {}; CLK_TCK {}; {} CPUs; Accept: {}",
+        cells.len(),
+        humantime::format_duration(cli.duration),
+        humantime::format_duration(cli.warmup),
+        env.gantry.display(),
+        env.clk_tck,
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        env.accept,
+    );
+    eprintln!(
+        "gantry-bench: at least {} of load in total",
+        humantime::format_duration(per_cell.mul_f64(cells.len() as f64))
+    );
+    let mut results = Vec::with_capacity(cells.len());
+    for (i, &(n, p, target)) in cells.iter().enumerate() {
+        eprint!(
+            "[{}/{}] {:<11} N={n:<4} P={p:<6} ",
+            i + 1,
+            cells.len(),
+            target.name()
+        );
+        let r = measure(&env, target, n, p, cli.warmup, cli.duration).await;
+        match &r.failed {
+            None => eprintln!(
+                "{:>8.0} calls/s  p50 {} ms  p99 {} ms  errors {}  (setup {:.2} s, stop {:.2} s)",
+                r.rate(),
+                fmt_ms(r.p50_us),
+                fmt_ms(r.p99_us),
+                r.errors,
+                r.setup.as_secs_f64(),
+                r.stop.as_secs_f64(),
+            ),
+            Some(why) => eprintln!("FAILED: {why}"),
+        }
+        if let Some(e) = &r.first_error {
+            eprintln!("    first error: {e}");
+        }
+        if let Some(w) = &r.first_warning {
+            eprintln!("    server logged {} warning(s); first: {w}", r.warnings);
+        }
+        results.push(r);
+    }
+    let idle = if cli.idle_sessions > 0 {
+        eprintln!(
+            "idle sessions: opening {} against gantry (shared)",
+            cli.idle_sessions
+        );
+        match idle_sessions(&env, cli.idle_sessions).await {
+            Ok(r) => Some(Ok(r)),
+            Err(e) => {
+                eprintln!("idle sessions FAILED: {e:#}");
+                Some(Err(format!("{e:#}")))
+            }
+        }
+    } else {
+        None
+    };
+    print!("{}", report(&cli, &env, &results, idle.as_ref()));
+    let ok = results.iter().all(|r| r.failed.is_none() && r.errors == 0)
+        && idle.as_ref().is_none_or(|r| r.is_ok());
+    Ok(ok)
+}
+
+// ---------------------------------------------------------------------------------
+// One measurement
+// ---------------------------------------------------------------------------------
+
+/// The outcome of one (target, N, P).
+struct CellResult {
+    target: Target,
+    clients: usize,
+    payload: usize,
+    /// Calls completed (and verified) inside the measured window.
+    calls: u64,
+    /// Calls that failed or were answered wrongly, at any time.
+    errors: u64,
+    first_error: Option<String>,
+    window: Duration,
+    p50_us: u64,
+    p99_us: u64,
+    /// Server process tree CPU time over the window, in µs.
+    server_cpu_us: Option<f64>,
+    /// CPU time of the server process alone (gantry without its backends), in µs.
+    root_cpu_us: Option<f64>,
+    /// This process's CPU time over the window, in µs (the load generator).
+    bench_cpu_us: Option<f64>,
+    /// Server process tree RSS at the end of the window, in KiB.
+    rss_kib: u64,
+    procs: usize,
+    setup: Duration,
+    /// Time the server took to exit after SIGTERM.
+    stop: Duration,
+    warnings: u64,
+    first_warning: Option<String>,
+    failed: Option<String>,
+}
+
+impl CellResult {
+    fn empty(target: Target, clients: usize, payload: usize) -> Self {
+        Self {
+            target,
+            clients,
+            payload,
+            calls: 0,
+            errors: 0,
+            first_error: None,
+            window: Duration::ZERO,
+            p50_us: 0,
+            p99_us: 0,
+            server_cpu_us: None,
+            root_cpu_us: None,
+            bench_cpu_us: None,
+            rss_kib: 0,
+            procs: 0,
+            setup: Duration::ZERO,
+            stop: Duration::ZERO,
+            warnings: 0,
+            first_warning: None,
+            failed: None,
+        }
+    }
+
+    fn rate(&self) -> f64 {
+        let s = self.window.as_secs_f64();
+        if s > 0.0 {
+            self.calls as f64 / s
+        } else {
+            0.0
+        }
+    }
+
+    fn per_call(&self, total_us: Option<f64>) -> Option<f64> {
+        total_us
+            .filter(|_| self.calls > 0)
+            .map(|t| t / self.calls as f64)
+    }
+}
+
+async fn measure(
+    env: &Env,
+    target: Target,
+    n: usize,
+    p: usize,
+    warmup: Duration,
+    duration: Duration,
+) -> CellResult {
+    let mut cell = CellResult::empty(target, n, p);
+    let mut server = match start_target(env, target, n + 16).await {
+        Ok(s) => s,
+        Err(e) => {
+            cell.failed = Some(format!("{e:#}"));
+            return cell;
+        }
+    };
+    if let Err(e) = load(env, &server, &mut cell, warmup, duration).await {
+        cell.failed = Some(format!("{e:#}"));
+    }
+    let stopping = Instant::now();
+    let stop = server.stop().await;
+    cell.stop = stopping.elapsed();
+    let (warnings, first) = server.warnings();
+    cell.warnings = warnings;
+    cell.first_warning = first;
+    if let Err(e) = stop {
+        cell.failed.get_or_insert(format!("{e:#}"));
+    }
+    cell
+}
+
+async fn start_target(env: &Env, target: Target, max_sessions: usize) -> Result<Server> {
+    match target {
+        Target::Direct => {
+            Server::start(
+                "direct",
+                &env.bench,
+                &["--serve-direct".into()],
+                &[],
+                "direct listening on ",
+                true,
+            )
+            .await
+        }
+        Target::Gantry(mode) => start_gantry(env, mode, max_sessions).await,
+    }
+}
+
+async fn start_gantry(env: &Env, mode: &str, max_sessions: usize) -> Result<Server> {
+    let config = gantry_config(&env.gantry, mode, max_sessions.max(64));
+    let path = env.dir.0.join(format!("gantry-{mode}.toml"));
+    std::fs::write(&path, config).with_context(|| format!("cannot write {}", path.display()))?;
+    Server::start(
+        &format!("gantry ({mode})"),
+        &env.gantry,
+        &[
+            "--config".into(),
+            path.into_os_string(),
+            "--listen".into(),
+            "127.0.0.1:0".into(),
+        ],
+        &[("RUST_LOG", env.gantry_log.as_str())],
+        "gantry listening on ",
+        false,
+    )
+    .await
+}
+
+/// The configuration of Gantry in front of `gantry example-server` in `mode`.
+fn gantry_config(gantry: &Path, mode: &str, max_sessions: usize) -> String {
+    let command = toml::Value::String(gantry.display().to_string());
+    let mode = toml::Value::String(mode.to_owned());
+    format!(
+        "# Generated by gantry-bench.\n\
+         [server]\n\
+         listen = \"127.0.0.1:0\"\n\
+         max_sessions = {max_sessions}\n\
+         \n\
+         [[backends]]\n\
+         name = \"echo\"\n\
+         session_mode = {mode}\n\
+         stdio = {{ command = {command}, args = [\"example-server\"] }}\n"
+    )
+}
+
+/// What one client brought back.
+#[derive(Default)]
+struct ClientOutcome {
+    latencies_us: Vec<u32>,
+    errors: u64,
+    first_error: Option<String>,
+}
+
+/// Opens `cell.clients` sessions, runs the closed loop, fills `cell`.
+async fn load(
+    env: &Env,
+    server: &Server,
+    cell: &mut CellResult,
+    warmup: Duration,
+    duration: Duration,
+) -> Result<()> {
+    let setup_started = Instant::now();
+    let clients = open_clients(env, &server.url, cell.clients).await?;
+    cell.setup = setup_started.elapsed();
+    // One call each before the clock starts: connections are warm and (per-session)
+    // every backend has answered once.
+    {
+        use futures::StreamExt;
+        let size = cell.payload;
+        futures::stream::iter(&clients)
+            .map(|c| async move {
+                c.echo(0, &payload(size, c.index, 0))
+                    .await
+                    .with_context(|| format!("client {}: first call", c.index))
+            })
+            .buffer_unordered(4 * SETUP_CONCURRENCY)
+            .collect::<Vec<_>>()
+            .await
+            .into_iter()
+            .collect::<Result<Vec<()>>>()?;
+    }
+    let start = tokio::time::Instant::now();
+    let window_start = start + warmup;
+    let window_end = window_start + duration;
+    let mut tasks = tokio::task::JoinSet::new();
+    for c in clients {
+        let size = cell.payload;
+        tasks.spawn(async move { c.run_loop(size, window_start, window_end).await });
+    }
+    tokio::time::sleep_until(window_start).await;
+    let cpu0 = proc::cpu_sample(server.pid, true);
+    let self0 = proc::cpu_sample(std::process::id(), false);
+    tokio::time::sleep_until(window_end).await;
+    let cpu1 = proc::cpu_sample(server.pid, true);
+    let self1 = proc::cpu_sample(std::process::id(), false);
+    // Calls are counted by their completion time inside [window_start, window_end).
+    cell.window = duration;
+    let mem = proc::tree_memory(server.pid);
+    cell.rss_kib = mem.rss_kib;
+    cell.procs = mem.procs;
+    let tick_ns = 1_000_000_000 / env.clk_tck;
+    let (tree_ns, root_ns) = proc::cpu_delta(&cpu0, &cpu1, tick_ns);
+    cell.server_cpu_us = Some(tree_ns as f64 / 1000.0);
+    cell.root_cpu_us = Some(root_ns as f64 / 1000.0);
+    cell.bench_cpu_us = Some(proc::cpu_delta(&self0, &self1, tick_ns).0 as f64 / 1000.0);
+    // Every client stops at `window_end`, after at most one more call.
+    let deadline = env.request_timeout + Duration::from_secs(5);
+    let mut latencies = Vec::new();
+    let joined = tokio::time::timeout(deadline, async {
+        while let Some(r) = tasks.join_next().await {
+            let o = r.unwrap_or_else(|e| ClientOutcome {
+                errors: 1,
+                first_error: Some(format!("client task failed: {e}")),
+                ..ClientOutcome::default()
+            });
+            latencies.extend(o.latencies_us);
+            cell.errors += o.errors;
+            if cell.first_error.is_none() {
+                cell.first_error = o.first_error;
+            }
+        }
+    })
+    .await;
+    if joined.is_err() {
+        bail!("clients did not stop within {deadline:?} after the window");
+    }
+    latencies.sort_unstable();
+    cell.calls = latencies.len() as u64;
+    cell.p50_us = percentile(&latencies, 50.0);
+    cell.p99_us = percentile(&latencies, 99.0);
+    Ok(())
+}
+
+fn percentile(sorted: &[u32], p: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    let i = rank.clamp(1, sorted.len()) - 1;
+    sorted.get(i).copied().map_or(0, u64::from)
+}
+
+/// Opens `n` sessions, `SETUP_CONCURRENCY` at a time; fails on the first that fails.
+async fn open_clients(env: &Env, url: &str, n: usize) -> Result<Vec<McpClient>> {
+    use futures::StreamExt;
+    let mut opened: Vec<McpClient> = futures::stream::iter(0..n)
+        .map(|i| async move {
+            let mut c = McpClient::new(i, url, env.accept, env.request_timeout)?;
+            c.initialize()
+                .await
+                .with_context(|| format!("client {i}: initialize"))?;
+            Ok::<_, anyhow::Error>(c)
+        })
+        .buffer_unordered(SETUP_CONCURRENCY)
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect::<Result<_>>()?;
+    opened.sort_by_key(|c| c.index);
+    Ok(opened)
+}
+
+/// The payload of call `seq` of client `client`: exactly `size` printable ASCII bytes
+/// that need no JSON escaping and differ between clients and calls, so a response
+/// delivered to the wrong client or call cannot pass for the right one.
+fn payload(size: usize, client: usize, seq: u64) -> String {
+    let mut s = format!("c{client}s{seq}:");
+    s.truncate(size);
+    let fill = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    let mut i = 0usize;
+    while s.len() < size {
+        if let Some(&b) = fill.get(i % fill.len()) {
+            s.push(char::from(b));
+        }
+        i += 1;
+    }
+    s
+}
+
+// ---------------------------------------------------------------------------------
+// The MCP client
+// ---------------------------------------------------------------------------------
+
+/// One client: its own session and its own keep-alive connection.
+struct McpClient {
+    index: usize,
+    http: reqwest::Client,
+    url: String,
+    accept: &'static str,
+    session: String,
+}
+
+/// The part of a JSON-RPC message the bench checks.
+#[derive(Deserialize)]
+struct Reply {
+    id: Option<Value>,
+    method: Option<String>,
+    result: Option<CallResult>,
+    error: Option<Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CallResult {
+    content: Vec<Content>,
+    #[serde(default)]
+    is_error: bool,
+}
+
+#[derive(Deserialize)]
+struct Content {
+    #[serde(rename = "type")]
+    kind: String,
+    text: Option<String>,
+}
+
+impl McpClient {
+    fn new(index: usize, url: &str, accept: &'static str, timeout: Duration) -> Result<Self> {
+        let http = reqwest::Client::builder()
+            .pool_max_idle_per_host(1)
+            .tcp_nodelay(true)
+            .no_proxy()
+            .timeout(timeout)
+            .build()
+            .context("cannot build the HTTP client")?;
+        Ok(Self {
+            index,
+            http,
+            url: url.to_owned(),
+            accept,
+            session: String::new(),
+        })
+    }
+
+    /// POSTs one JSON-RPC message; returns status, session header and the messages
+    /// of the body (one for JSON, every non-empty `data` for SSE).
+    async fn post(&self, body: String) -> Result<(u16, Option<String>, Vec<String>)> {
+        let mut rb = self
+            .http
+            .post(&self.url)
+            .header("content-type", "application/json")
+            .header("accept", self.accept);
+        if !self.session.is_empty() {
+            rb = rb
+                .header("mcp-session-id", &self.session)
+                .header("mcp-protocol-version", PROTOCOL);
+        }
+        let resp = rb.body(body).send().await?;
+        let status = resp.status().as_u16();
+        let session = resp
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let sse = resp
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|ct| ct.starts_with("text/event-stream"));
+        let bytes = resp.bytes().await?;
+        let messages = if sse {
+            let mut parser = gantry::sse::Parser::new(64 << 20);
+            parser
+                .feed(&bytes)
+                .map_err(|e| anyhow!("bad SSE body: {e}"))?
+                .into_iter()
+                .map(|e| e.data)
+                .filter(|d| !d.trim().is_empty())
+                .collect()
+        } else if bytes.iter().all(u8::is_ascii_whitespace) {
+            Vec::new()
+        } else {
+            vec![String::from_utf8(bytes.to_vec()).context("body is not UTF-8")?]
+        };
+        Ok((status, session, messages))
+    }
+
+    async fn initialize(&mut self) -> Result<()> {
+        let body = json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
+            "protocolVersion": PROTOCOL, "capabilities": {},
+            "clientInfo": {"name":"gantry-bench","version": env!("CARGO_PKG_VERSION")}}});
+        let (status, session, messages) = self.post(body.to_string()).await?;
+        if status != 200 {
+            bail!("initialize: HTTP {status}: {}", clip(&messages.join(" ")));
+        }
+        let answered = messages.iter().any(|m| {
+            serde_json::from_str::<Value>(m).is_ok_and(|v| {
+                v.get("id") == Some(&json!(0)) && v.pointer("/result/protocolVersion").is_some()
+            })
+        });
+        if !answered {
+            bail!("initialize: no result in {}", clip(&messages.join(" ")));
+        }
+        self.session = session.context("initialize: no Mcp-Session-Id header")?;
+        let (status, _, _) = self
+            .post(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#.to_owned())
+            .await?;
+        if status != 202 {
+            bail!("notifications/initialized: HTTP {status}, expected 202");
+        }
+        Ok(())
+    }
+
+    /// Calls `echo` with `message` as JSON-RPC id `seq`; checks the answer exactly.
+    async fn echo(&self, seq: u64, message: &str) -> Result<()> {
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":{seq},"method":"tools/call","params":{{"name":"echo","arguments":{{"message":"{message}"}}}}}}"#
+        );
+        let (status, _, messages) = self.post(body).await?;
+        if status != 200 {
+            bail!("call {seq}: HTTP {status}: {}", clip(&messages.join(" ")));
+        }
+        let want_id = Value::from(seq);
+        let mut found = None;
+        for m in &messages {
+            let r: Reply = serde_json::from_str(m)
+                .with_context(|| format!("call {seq}: not JSON-RPC: {}", clip(m)))?;
+            if r.method.is_some() {
+                continue; // a notification or request riding on the stream
+            }
+            if r.id.as_ref() != Some(&want_id) {
+                bail!("call {seq}: response with id {:?}: {}", r.id, clip(m));
+            }
+            if let Some(e) = r.error {
+                bail!("call {seq}: error {}", clip(&e.to_string()));
+            }
+            found = Some(r.result.with_context(|| format!("call {seq}: no result"))?);
+        }
+        let result = found.with_context(|| format!("call {seq}: no response in the body"))?;
+        if result.is_error {
+            bail!("call {seq}: the tool reported an error");
+        }
+        match result.content.as_slice() {
+            [c] if c.kind == "text" && c.text.as_deref() == Some(message) => Ok(()),
+            [c] if c.kind == "text" => bail!(
+                "call {seq}: echo mismatch: sent {} bytes, got {} bytes: {}",
+                message.len(),
+                c.text.as_deref().map_or(0, str::len),
+                clip(c.text.as_deref().unwrap_or_default())
+            ),
+            other => bail!(
+                "call {seq}: {} content blocks, expected one text",
+                other.len()
+            ),
+        }
+    }
+
+    /// The closed loop: call, check, record, until `end` (or the call bound).
+    async fn run_loop(
+        self,
+        size: usize,
+        window_start: tokio::time::Instant,
+        end: tokio::time::Instant,
+    ) -> ClientOutcome {
+        let mut out = ClientOutcome {
+            latencies_us: Vec::with_capacity(4096),
+            ..ClientOutcome::default()
+        };
+        for seq in 1..=MAX_CALLS_PER_CLIENT {
+            if tokio::time::Instant::now() >= end {
+                break;
+            }
+            let message = payload(size, self.index, seq);
+            let t0 = tokio::time::Instant::now();
+            let r = self.echo(seq, &message).await;
+            let t1 = tokio::time::Instant::now();
+            match r {
+                // Calls completing inside the window count (closed loop, steady state).
+                Ok(()) if t1 >= window_start && t1 < end => {
+                    let us = t1.duration_since(t0).as_micros();
+                    out.latencies_us.push(u32::try_from(us).unwrap_or(u32::MAX));
+                }
+                Ok(()) => {}
+                Err(e) => {
+                    out.errors += 1;
+                    out.first_error
+                        .get_or_insert_with(|| format!("client {}: {e:#}", self.index));
+                    if out.errors >= MAX_ERRORS_PER_CLIENT {
+                        break;
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+fn clip(s: &str) -> String {
+    const MAX: usize = 200;
+    if s.len() <= MAX {
+        return s.to_owned();
+    }
+    let mut end = MAX;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} bytes)", s.get(..end).unwrap_or_default(), s.len())
+}
+
+// ---------------------------------------------------------------------------------
+// Idle sessions
+// ---------------------------------------------------------------------------------
+
+struct IdleResult {
+    sessions: usize,
+    before_kib: u64,
+    after_kib: u64,
+    open_time: Duration,
+}
+
+impl IdleResult {
+    fn bytes_per_session(&self) -> f64 {
+        (self.after_kib as f64 - self.before_kib as f64) * 1024.0 / self.sessions as f64
+    }
+}
+
+/// Opens `k` sessions (initialize + initialized, nothing else) against Gantry in
+/// `shared` mode and measures the growth of its process tree's RSS.
+async fn idle_sessions(env: &Env, k: usize) -> Result<IdleResult> {
+    use futures::StreamExt;
+    let mut server = start_gantry(env, "shared", k + 64).await?;
+    let outcome = async {
+        // Warm up: the shared backend is started and has answered a call.
+        let mut first = McpClient::new(0, &server.url, env.accept, env.request_timeout)?;
+        first.initialize().await.context("first session")?;
+        first
+            .echo(1, &payload(100, 0, 1))
+            .await
+            .context("first call")?;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let before = proc::tree_memory(server.pid).rss_kib;
+        let started = Instant::now();
+        // A few connections open all the sessions; the sessions then sit idle.
+        let workers: Vec<McpClient> = (0..SETUP_CONCURRENCY)
+            .map(|i| McpClient::new(i, &server.url, env.accept, env.request_timeout))
+            .collect::<Result<_>>()?;
+        let per_worker = k.div_ceil(SETUP_CONCURRENCY);
+        let opened = futures::stream::iter(workers.into_iter().enumerate())
+            .map(|(w, mut c)| async move {
+                let count = per_worker.min(k.saturating_sub(w * per_worker));
+                for _ in 0..count {
+                    c.session.clear();
+                    c.initialize().await?;
+                }
+                Ok::<usize, anyhow::Error>(count)
+            })
+            .buffer_unordered(SETUP_CONCURRENCY)
+            .collect::<Vec<_>>()
+            .await
+            .into_iter()
+            .sum::<Result<usize>>()?;
+        let open_time = started.elapsed();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let after = proc::tree_memory(server.pid).rss_kib;
+        // The gateway still answers.
+        first
+            .echo(2, &payload(100, 0, 2))
+            .await
+            .context("call after opening the idle sessions")?;
+        Ok::<_, anyhow::Error>(IdleResult {
+            sessions: opened,
+            before_kib: before,
+            after_kib: after,
+            open_time,
+        })
+    }
+    .await;
+    let stopped = server.stop().await;
+    let r = outcome?;
+    stopped?;
+    Ok(r)
+}
+
+// ---------------------------------------------------------------------------------
+// Report
+// ---------------------------------------------------------------------------------
+
+fn fmt_ms(us: u64) -> String {
+    let ms = us as f64 / 1000.0;
+    if ms < 10.0 {
+        format!("{ms:.2}")
+    } else if ms < 100.0 {
+        format!("{ms:.1}")
+    } else {
+        format!("{ms:.0}")
+    }
+}
+
+fn fmt_ratio(value: f64, base: Option<f64>) -> String {
+    match base {
+        Some(b) if b > 0.0 => {
+            let r = value / b;
+            match r {
+                r if r >= 100.0 => format!(" ({r:.0}×)"),
+                r if r >= 10.0 => format!(" ({r:.1}×)"),
+                r if r >= 0.1 => format!(" ({r:.2}×)"),
+                r => format!(" ({r:.3}×)"),
+            }
+        }
+        _ => String::new(),
+    }
+}
+
+fn report(
+    cli: &Cli,
+    env: &Env,
+    results: &[CellResult],
+    idle: Option<&Result<IdleResult, String>>,
+) -> String {
+    let headers = [
+        "target",
+        "N",
+        "P (B)",
+        "calls/s",
+        "p50 ms",
+        "p99 ms",
+        "CPU µs/call",
+        "root proc µs/call",
+        "RSS MiB",
+        "procs",
+        "bench CPU µs/call",
+        "setup s",
+        "errors",
+    ];
+    let direct: HashMap<(usize, usize), &CellResult> = results
+        .iter()
+        .filter(|r| r.target == Target::Direct && r.failed.is_none())
+        .map(|r| ((r.clients, r.payload), r))
+        .collect();
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    for r in results {
+        let base = direct
+            .get(&(r.clients, r.payload))
+            .copied()
+            .filter(|_| r.target != Target::Direct);
+        if let Some(why) = &r.failed {
+            let mut row = vec![
+                r.target.name().to_owned(),
+                r.clients.to_string(),
+                r.payload.to_string(),
+                format!("FAILED: {}", clip(why.lines().next().unwrap_or_default())),
+            ];
+            row.resize(headers.len(), String::new());
+            rows.push(row);
+            continue;
+        }
+        let cpu = r.per_call(r.server_cpu_us);
+        let base_cpu = base.and_then(|b| b.per_call(b.server_cpu_us));
+        rows.push(vec![
+            r.target.name().to_owned(),
+            r.clients.to_string(),
+            r.payload.to_string(),
+            format!(
+                "{:.0}{}",
+                r.rate(),
+                fmt_ratio(r.rate(), base.map(CellResult::rate))
+            ),
+            format!(
+                "{}{}",
+                fmt_ms(r.p50_us),
+                fmt_ratio(r.p50_us as f64, base.map(|b| b.p50_us as f64))
+            ),
+            format!(
+                "{}{}",
+                fmt_ms(r.p99_us),
+                fmt_ratio(r.p99_us as f64, base.map(|b| b.p99_us as f64))
+            ),
+            match cpu {
+                Some(c) => format!("{c:.0}{}", fmt_ratio(c, base_cpu)),
+                None => "n/a".into(),
+            },
+            r.per_call(r.root_cpu_us)
+                .map_or_else(|| "n/a".into(), |c| format!("{c:.0}")),
+            format!(
+                "{:.1}{}",
+                r.rss_kib as f64 / 1024.0,
+                fmt_ratio(r.rss_kib as f64, base.map(|b| b.rss_kib as f64))
+            ),
+            r.procs.to_string(),
+            r.per_call(r.bench_cpu_us)
+                .map_or_else(|| "n/a".into(), |c| format!("{c:.0}")),
+            format!("{:.2}", r.setup.as_secs_f64()),
+            r.errors.to_string(),
+        ]);
+    }
+    let mut out = String::new();
+    let about = format!(
+        "{} s measured after {} s warm-up per row; {} CPUs; CLK_TCK {}; Accept: {}; CPU and RSS are of the server process tree, \"root proc\" of the server process alone (gantry without its backends); ratios are to `direct` at the same N and P",
+        cli.duration.as_secs_f64(),
+        cli.warmup.as_secs_f64(),
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        env.clk_tck,
+        env.accept,
+    );
+    if cli.markdown {
+        let _ = writeln!(out, "\n{about}.\n");
+        let _ = writeln!(out, "| {} |", headers.join(" | "));
+        let _ = writeln!(
+            out,
+            "|{}",
+            headers
+                .iter()
+                .enumerate()
+                .map(|(i, _)| if i == 0 { " --- |" } else { " ---: |" })
+                .collect::<String>()
+        );
+        for row in &rows {
+            let _ = writeln!(out, "| {} |", row.join(" | "));
+        }
+    } else {
+        let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+        for row in &rows {
+            for (w, cell) in widths.iter_mut().zip(row) {
+                *w = (*w).max(cell.chars().count());
+            }
+        }
+        let line = |cells: &[String]| -> String {
+            let mut s = String::new();
+            for (i, (cell, w)) in cells.iter().zip(&widths).enumerate() {
+                let pad = w.saturating_sub(cell.chars().count());
+                if i < 3 {
+                    let _ = write!(s, "{cell}{}  ", " ".repeat(pad));
+                } else {
+                    let _ = write!(s, "{}{cell}  ", " ".repeat(pad));
+                }
+            }
+            s.trim_end().to_owned()
+        };
+        let _ = writeln!(out, "\n{about}\n");
+        let head: Vec<String> = headers.iter().map(|h| (*h).to_owned()).collect();
+        let _ = writeln!(out, "{}", line(&head));
+        for row in &rows {
+            let _ = writeln!(out, "{}", line(row));
+        }
+    }
+    if let Some(idle) = idle {
+        let _ = writeln!(out);
+        match idle {
+            Ok(r) => {
+                let text = format!(
+                    "Idle sessions (gantry, shared): {} sessions opened in {:.1} s; RSS {:.1} MiB → {:.1} MiB; {:.0} bytes per session",
+                    r.sessions,
+                    r.open_time.as_secs_f64(),
+                    r.before_kib as f64 / 1024.0,
+                    r.after_kib as f64 / 1024.0,
+                    r.bytes_per_session()
+                );
+                let _ = writeln!(out, "{text}");
+            }
+            Err(e) => {
+                let _ = writeln!(out, "Idle sessions (gantry, shared): FAILED: {e}");
+            }
+        }
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------
+// Child processes
+// ---------------------------------------------------------------------------------
+
+/// The last lines a server wrote to stderr, and its warnings.
+#[derive(Default)]
+struct LogTail {
+    lines: VecDeque<String>,
+    warnings: u64,
+    first_warning: Option<String>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A server process started by the bench (in its own process group). It and every
+/// process below it are killed when it is stopped or dropped.
+struct Server {
+    label: String,
+    child: Child,
+    pid: u32,
+    url: String,
+    log: Arc<Mutex<LogTail>>,
+    /// Held open so the direct server sees EOF (and exits) when the bench dies.
+    stdin: Option<ChildStdin>,
+    done: bool,
+}
+
+impl Server {
+    async fn start(
+        label: &str,
+        program: &Path,
+        args: &[OsString],
+        env: &[(&str, &str)],
+        ready_prefix: &'static str,
+        watch_stdin: bool,
+    ) -> Result<Self> {
+        use std::os::unix::process::CommandExt;
+        let mut cmd = Command::new(program);
+        cmd.args(args)
+            .envs(env.iter().copied())
+            .stdin(if watch_stdin {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        let mut child = cmd
+            .spawn()
+            .with_context(|| format!("cannot start {}", program.display()))?;
+        let pid = child.id();
+        let stdin = child.stdin.take();
+        let log = Arc::new(Mutex::new(LogTail::default()));
+        let (tx, rx) = tokio::sync::oneshot::channel::<String>();
+        let mut server = Self {
+            label: label.to_owned(),
+            child,
+            pid,
+            url: String::new(),
+            log: log.clone(),
+            stdin,
+            done: false,
+        };
+        let stderr = server
+            .child
+            .stderr
+            .take()
+            .context("the child has no stderr pipe")?;
+        std::thread::Builder::new()
+            .name(format!("stderr-{pid}"))
+            .spawn(move || {
+                let mut tx = Some(tx);
+                for line in BufReader::new(stderr).lines() {
+                    let Ok(line) = line else { break };
+                    if let Some(url) = line.strip_prefix(ready_prefix) {
+                        if let Some(tx) = tx.take() {
+                            let _ = tx.send(url.trim().to_owned());
+                        }
+                    }
+                    let mut g = lock(&log);
+                    if line.contains(" WARN ") || line.contains(" ERROR ") {
+                        g.warnings += 1;
+                        if g.first_warning.is_none() {
+                            g.first_warning = Some(clip(&line));
+                        }
+                    }
+                    g.lines.push_back(line);
+                    while g.lines.len() > LOG_TAIL {
+                        g.lines.pop_front();
+                    }
+                }
+            })
+            .context("cannot start a thread")?;
+        match tokio::time::timeout(START_TIMEOUT, rx).await {
+            Ok(Ok(url)) => {
+                server.url = url;
+                Ok(server)
+            }
+            outcome => {
+                let why = match outcome {
+                    Err(_) => format!("did not start within {START_TIMEOUT:?}"),
+                    Ok(Err(_)) => "exited before listening".to_owned(),
+                    Ok(Ok(_)) => String::new(),
+                };
+                // Let the reader thread take the last lines.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                let tail = server.log_tail();
+                server.kill_now();
+                if tail.is_empty() {
+                    bail!("{label} {why}, printing nothing");
+                }
+                bail!("{label} {why}; its last output:\n{tail}")
+            }
+        }
+    }
+
+    fn log_tail(&self) -> String {
+        let g = lock(&self.log);
+        g.lines
+            .iter()
+            .map(|l| format!("    {l}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    fn warnings(&self) -> (u64, Option<String>) {
+        let g = lock(&self.log);
+        (g.warnings, g.first_warning.clone())
+    }
+
+    /// SIGTERM, up to `STOP_GRACE` to exit, then SIGKILL; then kills whatever it
+    /// left running below it. Errors if it had to be killed.
+    async fn stop(&mut self) -> Result<()> {
+        if self.done {
+            return Ok(());
+        }
+        let below = proc::descendants(self.pid);
+        drop(self.stdin.take());
+        let _ = kill(pid_of(self.pid), Signal::SIGTERM);
+        let deadline = Instant::now() + STOP_GRACE;
+        let mut exited = false;
+        while Instant::now() < deadline {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                exited = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        if !exited {
+            self.kill_now();
+            bail!(
+                "{} did not exit within {STOP_GRACE:?} of SIGTERM; killed",
+                self.label
+            );
+        }
+        self.done = true;
+        let left = proc::kill_list(&below);
+        if left > 0 {
+            bail!(
+                "{} exited but left {left} process(es) running; killed",
+                self.label
+            );
+        }
+        Ok(())
+    }
+
+    /// SIGKILL to the server's group and to every process below it; reaps it.
+    fn kill_now(&mut self) {
+        if self.done {
+            return;
+        }
+        self.done = true;
+        let below = proc::descendants(self.pid);
+        let _ = killpg(pid_of(self.pid), Signal::SIGKILL);
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        proc::kill_list(&below);
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill_now();
+    }
+}
+
+fn pid_of(pid: u32) -> Pid {
+    Pid::from_raw(i32::try_from(pid).unwrap_or(i32::MAX))
+}
+
+/// A scratch directory removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new() -> Result<Self> {
+        let p = std::env::temp_dir().join(format!("gantry-bench-{}", std::process::id()));
+        std::fs::create_dir_all(&p).with_context(|| format!("cannot create {}", p.display()))?;
+        Ok(Self(p))
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The kernel's clock tick (`getconf CLK_TCK`), 100 if it cannot be read.
+fn clock_ticks() -> u64 {
+    Command::new("getconf")
+        .arg("CLK_TCK")
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .filter(|t| *t > 0)
+        .unwrap_or(100)
+}
+
+/// Process-tree accounting from `/proc`.
+mod proc {
+    use super::{kill, killpg, pid_of, Signal};
+    use std::collections::HashMap;
+
+    /// Fields of `/proc/<pid>/stat` the bench uses.
+    pub struct Stat {
+        pub ppid: u32,
+        pub zombie: bool,
+        /// utime + stime, in clock ticks.
+        pub own: u64,
+        /// cutime + cstime (children it reaped), in clock ticks.
+        pub reaped: u64,
+        pub start: u64,
+    }
+
+    pub fn stat(pid: u32) -> Option<Stat> {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // The command name (field 2) may hold spaces and parentheses: split after it.
+        let (_, rest) = text.rsplit_once(')')?;
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        // `rest` starts at field 3 (state): field k is f[k - 3].
+        let num = |k: usize| f.get(k - 3).and_then(|v| v.parse::<u64>().ok());
+        Some(Stat {
+            zombie: f.first().is_some_and(|s| *s == "Z" || *s == "X"),
+            ppid: u32::try_from(num(4)?).ok()?,
+            own: num(14)? + num(15)?,
+            reaped: num(16)? + num(17)?,
+            start: num(22)?,
+        })
+    }
+
+    /// Every live process below `root` (not `root`), with its start time.
+    pub fn descendants(root: u32) -> Vec<(u32, u64)> {
+        let Ok(dir) = std::fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        let mut children: HashMap<u32, Vec<(u32, u64)>> = HashMap::new();
+        for e in dir.flatten() {
+            let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            if let Some(s) = stat(pid).filter(|s| !s.zombie) {
+                children.entry(s.ppid).or_default().push((pid, s.start));
+            }
+        }
+        let mut out = Vec::new();
+        let mut todo = vec![root];
+        // Bounded: each pid is visited once (a pid has one parent).
+        while let Some(p) = todo.pop() {
+            if let Some(kids) = children.remove(&p) {
+                for k in kids {
+                    todo.push(k.0);
+                    out.push(k);
+                }
+            }
+        }
+        out
+    }
+
+    /// `root` and everything below it.
+    fn tree(root: u32) -> Vec<u32> {
+        let mut pids = vec![root];
+        pids.extend(descendants(root).into_iter().map(|(p, _)| p));
+        pids
+    }
+
+    /// CPU accounting of one process at one instant.
+    pub struct ProcCpu {
+        start: u64,
+        /// utime + stime and cutime + cstime, in clock ticks.
+        own_ticks: u64,
+        reaped_ticks: u64,
+        /// Its threads and their summed time on CPU in ns (`/proc/<pid>/task/*/schedstat`).
+        threads: Option<(Vec<u32>, u64)>,
+    }
+
+    /// CPU accounting of a process tree at one instant.
+    pub struct TreeCpu {
+        root: u32,
+        procs: HashMap<u32, ProcCpu>,
+    }
+
+    fn proc_cpu(pid: u32) -> Option<ProcCpu> {
+        let s = stat(pid)?;
+        Some(ProcCpu {
+            start: s.start,
+            own_ticks: s.own,
+            reaped_ticks: s.reaped,
+            threads: thread_ns(pid),
+        })
+    }
+
+    fn thread_ns(pid: u32) -> Option<(Vec<u32>, u64)> {
+        let mut tids = Vec::new();
+        let mut ns = 0u64;
+        for e in std::fs::read_dir(format!("/proc/{pid}/task"))
+            .ok()?
+            .flatten()
+        {
+            let tid = e.file_name().to_string_lossy().parse::<u32>().ok()?;
+            let text = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")).ok()?;
+            ns += text.split_whitespace().next()?.parse::<u64>().ok()?;
+            tids.push(tid);
+        }
+        tids.sort_unstable();
+        Some((tids, ns))
+    }
+
+    /// Samples `root` and, if `tree`, every process below it.
+    pub fn cpu_sample(root: u32, tree: bool) -> TreeCpu {
+        let mut pids = vec![root];
+        if tree {
+            pids.extend(descendants(root).into_iter().map(|(p, _)| p));
+        }
+        TreeCpu {
+            root,
+            procs: pids
+                .into_iter()
+                .filter_map(|p| proc_cpu(p).map(|c| (p, c)))
+                .collect(),
+        }
+    }
+
+    /// CPU time between two samples, in ns: (whole tree, root alone).
+    ///
+    /// `/proc/<pid>/stat` rounds each process's time down to a clock tick (10 ms),
+    /// which is no use for hundreds of backends using a few ms each; so a process
+    /// whose threads did not change between the samples is measured with the
+    /// nanosecond `schedstat` of its threads, any other with its ticks. Time of
+    /// children reaped in between comes from cutime + cstime (ticks).
+    pub fn cpu_delta(a: &TreeCpu, b: &TreeCpu, tick_ns: u64) -> (u64, u64) {
+        let mut total = 0u64;
+        let mut root = 0u64;
+        for (pid, pb) in &b.procs {
+            let before = a.procs.get(pid).filter(|pa| pa.start == pb.start);
+            let (own, reaped) = match before {
+                Some(pa) => {
+                    let own = match (&pa.threads, &pb.threads) {
+                        (Some((ta, na)), Some((tb, nb))) if ta == tb && nb >= na => nb - na,
+                        _ => pb.own_ticks.saturating_sub(pa.own_ticks) * tick_ns,
+                    };
+                    (
+                        own,
+                        pb.reaped_ticks.saturating_sub(pa.reaped_ticks) * tick_ns,
+                    )
+                }
+                // Born during the interval: all of its time is inside it.
+                None => (
+                    pb.threads.as_ref().map_or(pb.own_ticks * tick_ns, |t| t.1),
+                    pb.reaped_ticks * tick_ns,
+                ),
+            };
+            total += own + reaped;
+            if *pid == b.root {
+                root = own;
+            }
+        }
+        (total, root)
+    }
+
+    pub struct Memory {
+        pub rss_kib: u64,
+        pub procs: usize,
+    }
+
+    /// Sum of `VmRSS` over `root` and its descendants.
+    pub fn tree_memory(root: u32) -> Memory {
+        let pids = tree(root);
+        let rss_kib = pids.iter().filter_map(|p| rss_kib(*p)).sum();
+        Memory {
+            rss_kib,
+            procs: pids.len(),
+        }
+    }
+
+    fn rss_kib(pid: u32) -> Option<u64> {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        text.lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+    }
+
+    /// SIGKILLs the listed processes that still exist (same pid *and* start time, so
+    /// a recycled pid is never hit), and their process groups when they lead one.
+    /// Returns how many were still running.
+    pub fn kill_list(list: &[(u32, u64)]) -> usize {
+        let mut n = 0;
+        for &(pid, start) in list {
+            if stat(pid).is_some_and(|s| s.start == start && !s.zombie) {
+                n += 1;
+                let _ = killpg(pid_of(pid), Signal::SIGKILL);
+                let _ = kill(pid_of(pid), Signal::SIGKILL);
+            }
+        }
+        if n > 0 {
+            // Orphans re-parented to us (we are a subreaper) must be reaped.
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            for &(pid, _) in list {
+                let _ = nix::sys::wait::waitpid(
+                    pid_of(pid),
+                    Some(nix::sys::wait::WaitPidFlag::WNOHANG),
+                );
+            }
+        }
+        n
+    }
+
+    /// Kills every process below `root`.
+    pub fn kill_descendants(root: u32) {
+        kill_list(&descendants(root));
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// The direct server
+// ---------------------------------------------------------------------------------
+
+/// A minimal Streamable HTTP MCP server answering `echo` with JSON responses: the
+/// floor the gateway is compared to. Runs as `gantry-bench --serve-direct`.
+mod direct {
+    use super::{lock, HashSet, Mutex};
+    use anyhow::{Context, Result};
+    use axum::extract::State;
+    use axum::http::{HeaderMap, StatusCode};
+    use axum::response::{IntoResponse, Response};
+    use axum::serve::ListenerExt;
+    use serde_json::{json, Value};
+    use std::io::Read;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+
+    #[derive(Default)]
+    struct Sessions {
+        live: Mutex<HashSet<String>>,
+        next: AtomicU64,
+    }
+
+    pub fn serve() -> Result<()> {
+        // Exit when the bench goes away (its end of our stdin closes).
+        std::thread::Builder::new()
+            .name("stdin-watch".into())
+            .spawn(|| {
+                let mut sink = [0u8; 64];
+                let mut stdin = std::io::stdin();
+                while matches!(stdin.read(&mut sink), Ok(n) if n > 0) {}
+                std::process::exit(0);
+            })
+            .context("cannot start a thread")?;
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .context("cannot start the runtime")?;
+        rt.block_on(async {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                .await
+                .context("cannot listen on 127.0.0.1")?;
+            let addr = listener.local_addr()?;
+            let app = axum::Router::new()
+                .route("/mcp", axum::routing::post(post))
+                .with_state(Arc::new(Sessions::default()));
+            eprintln!("direct listening on http://{addr}/mcp");
+            // The floor: no Nagle delay on any response, however it is written.
+            let listener = listener.tap_io(|tcp| {
+                let _ = tcp.set_nodelay(true);
+            });
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async {
+                    let _ = tokio::signal::ctrl_c().await;
+                })
+                .await
+                .context("HTTP server failed")
+        })?;
+        // SIGINT stops gracefully; SIGTERM (its default action) ends the process.
+        Ok(())
+    }
+
+    fn json_response(body: Value, session: Option<String>) -> Response {
+        let mut resp = (
+            StatusCode::OK,
+            [(axum::http::header::CONTENT_TYPE, "application/json")],
+            body.to_string(),
+        )
+            .into_response();
+        if let Some(v) = session.and_then(|s| axum::http::HeaderValue::from_str(&s).ok()) {
+            resp.headers_mut().insert("mcp-session-id", v);
+        }
+        resp
+    }
+
+    fn error(id: Value, code: i64, message: &str) -> Response {
+        json_response(
+            json!({"jsonrpc":"2.0","id":id,"error":{"code":code,"message":message}}),
+            None,
+        )
+    }
+
+    async fn post(
+        State(sessions): State<Arc<Sessions>>,
+        headers: HeaderMap,
+        body: axum::body::Bytes,
+    ) -> Response {
+        let Ok(msg) = serde_json::from_slice::<Value>(&body) else {
+            return (StatusCode::BAD_REQUEST, "invalid JSON").into_response();
+        };
+        let method = msg
+            .get("method")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let Some(id) = msg.get("id").cloned() else {
+            // A notification or a response.
+            return StatusCode::ACCEPTED.into_response();
+        };
+        if method == "initialize" {
+            let n = sessions.next.fetch_add(1, Ordering::Relaxed);
+            let sid = format!("{:016x}{n:016x}", std::process::id());
+            lock(&sessions.live).insert(sid.clone());
+            let version = msg
+                .pointer("/params/protocolVersion")
+                .cloned()
+                .unwrap_or_else(|| json!(super::PROTOCOL));
+            return json_response(
+                json!({"jsonrpc":"2.0","id":id,"result":{
+                    "protocolVersion": version,
+                    "capabilities": {"tools": {}},
+                    "serverInfo": {"name": "gantry-bench-direct", "version": env!("CARGO_PKG_VERSION")}}}),
+                Some(sid),
+            );
+        }
+        let known = headers
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|s| lock(&sessions.live).contains(s));
+        if !known {
+            return (StatusCode::NOT_FOUND, "unknown session").into_response();
+        }
+        match method {
+            "tools/call" => {
+                let name = msg.pointer("/params/name").and_then(Value::as_str);
+                let text = msg
+                    .pointer("/params/arguments/message")
+                    .and_then(Value::as_str);
+                match (name, text) {
+                    (Some("echo"), Some(text)) => json_response(
+                        json!({"jsonrpc":"2.0","id":id,"result":{
+                            "content":[{"type":"text","text":text}],"isError":false}}),
+                        None,
+                    ),
+                    _ => error(id, -32602, "only echo {message} is served here"),
+                }
+            }
+            "ping" => json_response(json!({"jsonrpc":"2.0","id":id,"result":{}}), None),
+            "tools/list" => json_response(
+                json!({"jsonrpc":"2.0","id":id,"result":{"tools":[{
+                    "name":"echo","inputSchema":{"type":"object",
+                    "properties":{"message":{"type":"string"}},"required":["message"]}}]}}),
+                None,
+            ),
+            _ => error(id, -32601, "method not found"),
+        }
+    }
+}
