@@ -139,10 +139,14 @@ pub fn message_event(id: Option<&str>, data: &str) -> String {
         s.push('\n');
     }
     s.push_str("event: message\ndata: ");
-    s.extend(
-        data.chars()
-            .map(|c| if c == '\n' || c == '\r' { ' ' } else { c }),
-    );
+    if data.contains(['\n', '\r']) {
+        s.extend(
+            data.chars()
+                .map(|c| if c == '\n' || c == '\r' { ' ' } else { c }),
+        );
+    } else {
+        s.push_str(data);
+    }
     s.push_str("\n\n");
     s
 }

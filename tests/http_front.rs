@@ -232,8 +232,14 @@ async fn sse_response_with_priming_event_and_event_ids() {
     let g = Gantry::example_stdio();
     let mut c = g.client();
     c.initialize().await;
+    // A call that is still running after Gantry's short JSON window is answered
+    // with an SSE stream (a quick one is plain JSON: see the next test).
     let resp = post_accepting(&c, Some("application/json, text/event-stream"))
-        .body(echo(json!(6), "as sse"))
+        .body(rpc(
+            json!(6),
+            "tools/call",
+            json!({"name":"slow","arguments":{"ms":200}}),
+        ))
         .send()
         .await
         .unwrap();
@@ -271,7 +277,56 @@ async fn sse_response_with_priming_event_and_event_ids() {
     let resp = r
         .response(&json!(6))
         .unwrap_or_else(|| panic!("no response: {}", r.raw));
-    assert_eq!(text_of(resp), "as sse");
+    assert_eq!(text_of(resp), "done");
+}
+
+/// A call that completes at once is still an SSE response (priming event first, for
+/// 2025-11-25), written whole; one that sends notifications streams them, losing none.
+#[tokio::test]
+async fn quick_answers_and_streamed_answers_are_both_sse() {
+    let g = Gantry::example_stdio();
+    let mut c = g.client();
+    c.initialize().await;
+    let quick = c
+        .request(
+            json!(1),
+            "tools/call",
+            json!({"name":"echo","arguments":{"message":"q"}}),
+        )
+        .await;
+    assert!(
+        quick.content_type().starts_with("text/event-stream"),
+        "{}",
+        quick.content_type()
+    );
+    assert_eq!(
+        quick.event_ids.len(),
+        2,
+        "priming event and response: {}",
+        quick.raw
+    );
+    assert_eq!(text_of(quick.response(&json!(1)).unwrap()), "q");
+    let with_progress = c
+        .request(
+            json!(2),
+            "tools/call",
+            json!({"name":"test_tool_with_progress","arguments":{},"_meta":{"progressToken":"t"}}),
+        )
+        .await;
+    assert!(with_progress
+        .content_type()
+        .starts_with("text/event-stream"));
+    let progress = with_progress
+        .messages
+        .iter()
+        .filter(|m| m["method"] == "notifications/progress")
+        .count();
+    assert_eq!(
+        progress, 3,
+        "no notification lost in the switch: {}",
+        with_progress.raw
+    );
+    assert!(with_progress.response(&json!(2)).is_some());
 }
 
 #[tokio::test]

@@ -210,6 +210,14 @@ async fn call_answering(
         .send()
         .await
         .unwrap();
+    let json_answer = resp
+        .headers()
+        .get("content-type")
+        .is_some_and(|v| v.to_str().unwrap().starts_with("application/json"));
+    if json_answer {
+        // Answered at once, without asking anything.
+        return (Vec::new(), resp.json().await.unwrap());
+    }
     let mut body = resp.bytes_stream();
     let mut parser = gantry::sse::Parser::new(1 << 24);
     let mut asked = Vec::new();

@@ -634,9 +634,35 @@ async fn single(
     }
     let stream = session.open_stream();
     spawn_call(app.clone(), session.clone(), req, stream.clone());
+    // A call that finishes quickly with nothing but its response is answered with a
+    // complete SSE body written at once (priming event and response, one write, no
+    // stream kept); anything else — a notification, a server→client request, or a
+    // call still running after QUICK_WINDOW — gets the live, resumable stream from
+    // its first event.
+    if let Some(only) = stream.final_within(QUICK_WINDOW).await {
+        session.forget_stream(stream.id);
+        let mut body = String::with_capacity(only.len() + 96);
+        if let Some(retry) = app.body_options(&session, true, true).priming {
+            body.push_str(&format!(
+                "id: {}_0\nretry: {}\ndata: \n\n",
+                stream.id,
+                retry.as_millis()
+            ));
+        }
+        body.push_str(&crate::sse::message_event(
+            Some(&format!("{}_1", stream.id)),
+            &only,
+        ));
+        let mut resp = sse_response(futures::stream::iter([Ok(bytes::Bytes::from(body))]));
+        resp.headers_mut().remove(header::TRANSFER_ENCODING);
+        return resp;
+    }
     let opts = app.body_options(&session, true, true);
     sse_response(sse_body(stream, 0, opts))
 }
+
+/// How long a request may take to be answered in one write rather than streamed.
+const QUICK_WINDOW: Duration = Duration::from_millis(25);
 
 /// Runs a call in its own task, writing its response into `stream`, then closing it.
 /// The call outlives the HTTP connection: a disconnect is not a cancellation.
@@ -644,10 +670,8 @@ fn spawn_call(app: Arc<App>, session: Arc<Session>, req: Request, stream: Arc<Ev
     let guard = session.track(&req.id);
     tokio::spawn(async move {
         let sink = session.sink_for(stream.clone());
-        if let Some(resp) = run_tracked(&app, &session, req, sink, guard).await {
-            stream.push(resp.to_json());
-        }
-        stream.close();
+        let resp = run_tracked(&app, &session, req, sink, guard).await;
+        stream.finish(resp.map(|r| r.to_json()));
     });
 }
 

@@ -159,6 +159,13 @@ impl Session {
         s
     }
 
+    /// Drops a request stream whose only message was delivered another way.
+    pub fn forget_stream(&self, id: u64) {
+        let mut t = lock(&self.streams);
+        t.map.remove(&id);
+        t.order.retain(|k| *k != id);
+    }
+
     /// The stream named by an event id's stream part (0 = standalone).
     pub fn stream(&self, id: u64) -> Option<Arc<EventStream>> {
         if id == 0 {

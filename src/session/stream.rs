@@ -97,6 +97,54 @@ impl EventStream {
         true
     }
 
+    /// Appends the final message (if any) and closes the stream, atomically: a reader
+    /// never sees the final message of a stream that is not yet closed.
+    pub fn finish(&self, last: Option<String>) {
+        {
+            let mut g = lock(&self.inner);
+            if !g.closed {
+                if let Some(json) = last {
+                    let seq = g.next_seq;
+                    g.next_seq += 1;
+                    g.bytes += json.len();
+                    g.events.push_back((seq, Arc::from(json)));
+                }
+                g.closed = true;
+            }
+        }
+        self.notify.notify_waiters();
+    }
+
+    /// Waits up to `window` for the stream to close holding exactly one event (and
+    /// nothing ever dropped): that event, which the caller then delivers itself.
+    /// `None` as soon as it is clear the stream is more than that.
+    pub async fn final_within(&self, window: Duration) -> Option<Arc<str>> {
+        let deadline = tokio::time::Instant::now() + window;
+        loop {
+            let notified = self.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let mut g = lock(&self.inner);
+                if g.closed {
+                    return match (g.events.len(), g.next_seq) {
+                        (1, 2) => {
+                            g.delivered = 1;
+                            g.events.front().map(|e| e.1.clone())
+                        }
+                        _ => None,
+                    };
+                }
+                if !g.events.is_empty() {
+                    return None;
+                }
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return None;
+            }
+        }
+    }
+
     /// Marks the stream finished; readers end after the last event.
     pub fn close(&self) {
         lock(&self.inner).closed = true;

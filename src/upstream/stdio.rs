@@ -202,10 +202,14 @@ async fn write_line(w: &mut ChildStdin, line: &str) -> std::io::Result<()> {
     // JSON never holds a raw newline except as whitespace between tokens, so blanking
     // them keeps the message valid and on one line, as stdio framing requires.
     let mut buf = Vec::with_capacity(line.len() + 1);
-    buf.extend(
-        line.bytes()
-            .map(|b| if b == b'\n' || b == b'\r' { b' ' } else { b }),
-    );
+    if line.contains(['\n', '\r']) {
+        buf.extend(
+            line.bytes()
+                .map(|b| if b == b'\n' || b == b'\r' { b' ' } else { b }),
+        );
+    } else {
+        buf.extend_from_slice(line.as_bytes());
+    }
     buf.push(b'\n');
     w.write_all(&buf).await?;
     w.flush().await
