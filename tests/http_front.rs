@@ -610,15 +610,21 @@ async fn malformed_requests_get_precise_http_errors() {
         .chunks(512)
         .map(|b| Ok(bytes::Bytes::copy_from_slice(b)))
         .collect();
-    let r = Client::read(
-        post_accepting(&c, both)
-            .body(reqwest::Body::wrap_stream(futures::stream::iter(chunks)))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
-    assert_http_error(&r, 413, None);
+    // Gantry answers 413 as soon as the limit is crossed and may close the
+    // connection while the client is still sending; a client that is mid-upload
+    // then sees the reset instead of the answer. Either way nothing past the limit
+    // is read; the status is checked whenever the client got to read it.
+    match post_accepting(&c, both)
+        .body(reqwest::Body::wrap_stream(futures::stream::iter(chunks)))
+        .send()
+        .await
+    {
+        Ok(resp) => assert_http_error(&Client::read(resp).await, 413, None),
+        Err(e) => assert!(
+            e.is_request() || e.is_body() || e.is_connect(),
+            "unexpected error: {e}"
+        ),
+    }
     // A body within the limit still works.
     let r = c
         .call_tool(json!(2), "echo", json!({"message": "small"}))

@@ -633,13 +633,32 @@ async fn single(
         };
     }
     let stream = session.open_stream();
-    spawn_call(app.clone(), session.clone(), req, stream.clone());
-    // A call that finishes quickly with nothing but its response is answered with a
-    // complete SSE body written at once (priming event and response, one write, no
-    // stream kept); anything else — a notification, a server→client request, or a
-    // call still running after QUICK_WINDOW — gets the live, resumable stream from
-    // its first event.
-    if let Some(only) = stream.final_within(QUICK_WINDOW).await {
+    // The call runs right here while it is quick (no task hop); if it sends anything
+    // before its response, or is still running after QUICK_WINDOW, it moves to its
+    // own task and the client gets the live, resumable stream from its first event.
+    // Dropping the handler (the client went away) also moves it: a disconnect is not
+    // a cancellation.
+    let mut call = InlineCall(Some(Box::pin(call_task(
+        app.clone(),
+        session.clone(),
+        req,
+        stream.clone(),
+    ))));
+    let finished = match call.0.as_mut() {
+        Some(fut) => tokio::select! {
+            biased;
+            _ = fut => true,
+            _ = stream.wait_event(QUICK_WINDOW) => false,
+        },
+        None => false,
+    };
+    if finished {
+        call.0 = None;
+    }
+    drop(call);
+    // A quick call with nothing but its response: a complete SSE body written at once
+    // (priming event and response), no stream kept.
+    if let Some(only) = stream.final_within(Duration::ZERO).await {
         session.forget_stream(stream.id);
         let mut body = String::with_capacity(only.len() + 96);
         if let Some(retry) = app.body_options(&session, true, true).priming {
@@ -661,18 +680,35 @@ async fn single(
     sse_response(sse_body(stream, 0, opts))
 }
 
-/// How long a request may take to be answered in one write rather than streamed.
+/// How long a request may run inline and be answered in one write rather than streamed.
 const QUICK_WINDOW: Duration = Duration::from_millis(25);
 
-/// Runs a call in its own task, writing its response into `stream`, then closing it.
-/// The call outlives the HTTP connection: a disconnect is not a cancellation.
-fn spawn_call(app: Arc<App>, session: Arc<Session>, req: Request, stream: Arc<EventStream>) {
+/// A call being run inline by its HTTP handler; if dropped unfinished, it moves to
+/// its own task.
+struct InlineCall(Option<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>>);
+
+impl Drop for InlineCall {
+    fn drop(&mut self) {
+        if let Some(f) = self.0.take() {
+            tokio::spawn(f);
+        }
+    }
+}
+
+/// A call that writes its response into `stream`, then closes it. Registered for
+/// cancellation at once, before it is first polled.
+fn call_task(
+    app: Arc<App>,
+    session: Arc<Session>,
+    req: Request,
+    stream: Arc<EventStream>,
+) -> impl std::future::Future<Output = ()> + Send + 'static {
     let guard = session.track(&req.id);
-    tokio::spawn(async move {
+    async move {
         let sink = session.sink_for(stream.clone());
         let resp = run_tracked(&app, &session, req, sink, guard).await;
         stream.finish(resp.map(|r| r.to_json()));
-    });
+    }
 }
 
 async fn batch(

@@ -115,6 +115,25 @@ impl EventStream {
         self.notify.notify_waiters();
     }
 
+    /// Waits up to `window` until the stream holds an event or is closed.
+    pub async fn wait_event(&self, window: Duration) {
+        let deadline = tokio::time::Instant::now() + window;
+        loop {
+            let notified = self.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let g = lock(&self.inner);
+                if g.closed || !g.events.is_empty() {
+                    return;
+                }
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return;
+            }
+        }
+    }
+
     /// Waits up to `window` for the stream to close holding exactly one event (and
     /// nothing ever dropped): that event, which the caller then delivers itself.
     /// `None` as soon as it is clear the stream is more than that.
