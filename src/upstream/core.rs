@@ -95,6 +95,16 @@ pub(crate) struct Core {
     pub max_message_bytes: usize,
     /// Counters shared by every connection of this backend.
     pub stats: Arc<super::BackendStats>,
+    /// Stdio only: the live child's stdin. Requests are written here by the calling
+    /// task itself (no hop through the writer task); other messages go through `out`.
+    pub stdin: tokio::sync::Mutex<Option<StdinSlot>>,
+    direct: bool,
+}
+
+/// The stdin of one incarnation of a stdio backend.
+pub(crate) struct StdinSlot {
+    pub gen: u64,
+    pub w: tokio::process::ChildStdin,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -196,7 +206,24 @@ impl Core {
             params,
         }
         .to_json();
-        if self
+        if self.direct {
+            let write = tokio::time::timeout(timeout, self.write_direct(gen, &line));
+            match write.await {
+                Ok(Ok(())) => {}
+                Ok(Err(reason)) => {
+                    return Err(UpstreamError::Crashed {
+                        backend: self.name.clone(),
+                        reason,
+                    })
+                }
+                Err(_) => {
+                    return Err(UpstreamError::Timeout {
+                        backend: self.name.clone(),
+                        after: timeout,
+                    })
+                }
+            }
+        } else if self
             .out
             .send(Outgoing {
                 gen,
@@ -229,6 +256,17 @@ impl Core {
                 drop(guard);
                 Err(UpstreamError::Cancelled)
             }
+        }
+    }
+
+    /// Writes one line to incarnation `gen`'s stdin (stdio backends).
+    pub async fn write_direct(&self, gen: u64, line: &str) -> Result<(), String> {
+        let mut slot = self.stdin.lock().await;
+        match slot.as_mut() {
+            Some(s) if s.gen == gen => super::stdio::write_line(&mut s.w, line)
+                .await
+                .map_err(|e| format!("cannot write to the backend: {e}")),
+            _ => Err("the backend restarted before the request could be sent".into()),
         }
     }
 
@@ -527,6 +565,8 @@ impl Conn {
             init_timeout: cfg.init_timeout,
             max_message_bytes: cfg.max_message_bytes,
             stats,
+            stdin: tokio::sync::Mutex::new(None),
+            direct: cfg.stdio.is_some(),
         });
         core.stats.track(&core);
         let shutdown = CancellationToken::new();

@@ -7,7 +7,7 @@
 //! log under the backend's name. On exit, in-flight requests fail at once and the
 //! child is restarted with exponential backoff and re-initialized.
 
-use super::core::{handshake, Backoff, Core, Outgoing, State};
+use super::core::{handshake, Backoff, Core, Outgoing, State, StdinSlot};
 use crate::config::{RestartConfig, StdioConfig};
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
@@ -136,6 +136,7 @@ async fn run_once(
         return "child has no stdio pipes".into();
     };
     tracing::info!(backend = %core.name, pid = ?child.id(), command = %cfg.command, "backend process started");
+    *core.stdin.lock().await = Some(StdinSlot { gen, w: stdin });
     let reader = tokio::spawn(read_stdout(core.clone(), gen, BufReader::new(stdout)));
     let name = core.name.clone();
     let stderr_task = tokio::spawn(log_stderr(name, BufReader::new(stderr)));
@@ -146,11 +147,14 @@ async fn run_once(
         tokio::spawn(async move {
             match handshake(&core, gen).await {
                 Ok(info) => {
-                    core.send_line(
-                        gen,
-                        crate::jsonrpc::Notification::new("notifications/initialized", None)
-                            .to_json(),
-                    );
+                    // Written before the connection is marked ready, so no request can
+                    // overtake it.
+                    let note = crate::jsonrpc::Notification::new("notifications/initialized", None);
+                    if let Err(e) = core.write_direct(gen, &note.to_json()).await {
+                        tracing::warn!(backend = %core.name, error = %e, "backend initialization failed");
+                        init_failed.cancel();
+                        return;
+                    }
                     tracing::info!(backend = %core.name, version = %info.protocol_version, "backend initialized");
                     let _ = core.state.send_replace(State::Ready { gen, info });
                 }
@@ -161,7 +165,6 @@ async fn run_once(
             }
         })
     };
-    let mut stdin = Some(stdin);
     let reason = loop {
         tokio::select! {
             status = child.wait() => {
@@ -171,25 +174,26 @@ async fn run_once(
                 };
             }
             _ = shutdown.cancelled() => {
-                stop_gracefully(&mut child, &guard, stdin.take()).await;
+                let stdin = core.stdin.lock().await.take().map(|s| s.w);
+                stop_gracefully(&mut child, &guard, stdin).await;
                 break "shut down".into();
             }
             _ = init_failed.cancelled() => {
-                stop_gracefully(&mut child, &guard, stdin.take()).await;
+                let stdin = core.stdin.lock().await.take().map(|s| s.w);
+                stop_gracefully(&mut child, &guard, stdin).await;
                 break "initialization failed".into();
             }
             msg = out_rx.recv() => {
                 let Some(msg) = msg else { break "connection dropped".into() };
                 if msg.gen != gen { continue; }
-                let Some(w) = stdin.as_mut() else { continue };
-                if let Err(e) = write_line(w, &msg.line).await {
+                if let Err(e) = core.write_direct(gen, &msg.line).await {
                     tracing::warn!(backend = %core.name, error = %e, "cannot write to backend stdin");
                 }
             }
         }
     };
     init.abort();
-    drop(stdin);
+    drop(core.stdin.lock().await.take());
     // Let the reader drain what the child wrote before it died (its last responses).
     let _ = tokio::time::timeout(Duration::from_millis(500), reader).await;
     stderr_task.abort();
@@ -198,7 +202,7 @@ async fn run_once(
     reason
 }
 
-async fn write_line(w: &mut ChildStdin, line: &str) -> std::io::Result<()> {
+pub(crate) async fn write_line(w: &mut ChildStdin, line: &str) -> std::io::Result<()> {
     // JSON never holds a raw newline except as whitespace between tokens, so blanking
     // them keeps the message valid and on one line, as stdio framing requires.
     let mut buf = Vec::with_capacity(line.len() + 1);
