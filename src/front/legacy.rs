@@ -60,7 +60,8 @@ pub(super) async fn message(
         Ok(s) if s.legacy => s,
         _ => return FrontError::SessionNotFound.into_response(),
     };
-    let body = match read_body(&app, req).await {
+    let (parts, body) = req.into_parts();
+    let body = match read_body(&app, body, &parts.headers).await {
         Ok(b) => b,
         Err(e) => return e.into_response(),
     };

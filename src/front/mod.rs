@@ -376,23 +376,27 @@ async fn mcp(
 }
 
 /// Reads a request body within the configured limit.
-pub(crate) async fn read_body(app: &App, req: HttpRequest) -> Result<bytes::Bytes, FrontError> {
+pub(crate) async fn read_body(
+    app: &App,
+    body: Body,
+    headers: &HeaderMap,
+) -> Result<bytes::Bytes, FrontError> {
     let limit = app.cfg.server.max_body_bytes;
-    let declared = req
-        .headers()
+    let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok());
     if declared.is_some_and(|n| n > limit) {
         return Err(FrontError::TooLarge(limit));
     }
-    axum::body::to_bytes(req.into_body(), limit)
+    axum::body::to_bytes(body, limit)
         .await
         .map_err(|_| FrontError::TooLarge(limit))
 }
 
 async fn post(app: Arc<App>, principal: Principal, req: HttpRequest) -> HttpResponse {
-    let headers = req.headers().clone();
+    let (parts, body) = req.into_parts();
+    let headers = parts.headers;
     let accepts = Accepts::from(&headers);
     if !accepts.json && !accepts.sse {
         return FrontError::NotAcceptable(
@@ -407,7 +411,7 @@ async fn post(app: Arc<App>, principal: Principal, req: HttpRequest) -> HttpResp
     if !ctype.to_ascii_lowercase().starts_with("application/json") {
         return FrontError::UnsupportedMediaType.into_response();
     }
-    let body = match read_body(&app, req).await {
+    let body = match read_body(&app, body, &headers).await {
         Ok(b) => b,
         Err(e) => return e.into_response(),
     };
@@ -418,9 +422,7 @@ async fn post(app: Arc<App>, principal: Principal, req: HttpRequest) -> HttpResp
     if let Incoming::Single(Message::Request(r)) = &incoming {
         // `initialize` on a live session is dispatched like any request (and refused
         // there as "already initialized"); only without one does it open a session.
-        let established =
-            session_header(&headers).is_some() && lookup(&app, &principal, &headers).is_ok();
-        if r.method == "initialize" && !established {
+        if r.method == "initialize" && lookup(&app, &principal, &headers).is_err() {
             if let Err(e) = check_version_header(&headers) {
                 return e.into_response();
             }
