@@ -73,13 +73,24 @@ impl Hub {
         lock(&self.members).insert(key, Member { sink, level: None });
     }
 
-    /// Removes a session. Returns the URIs nobody subscribes to any more (to
-    /// unsubscribe upstream) and whether the hub is now empty.
-    pub fn leave(&self, key: u64) -> (Vec<String>, bool) {
-        let empty = {
+    /// Removes a session. Returns what the backend must now be told: the URIs
+    /// nobody subscribes to any more, and the log level to run at if the most
+    /// verbose session just left; and whether the hub is now empty.
+    pub fn leave(&self, key: u64) -> Leaving {
+        let (empty, wanted) = {
             let mut m = lock(&self.members);
             m.remove(&key);
-            m.is_empty()
+            (m.is_empty(), m.values().filter_map(|x| x.level).min())
+        };
+        let level = {
+            let mut up = lock(&self.upstream_level);
+            match (wanted, *up) {
+                (Some(w), Some(u)) if w > u => {
+                    *up = Some(w);
+                    Some(w)
+                }
+                _ => None,
+            }
         };
         let mut gone = Vec::new();
         lock(&self.subs).retain(|uri, keys| {
@@ -91,7 +102,11 @@ impl Hub {
                 true
             }
         });
-        (gone, empty)
+        Leaving {
+            unsubscribe: gone,
+            level,
+            empty,
+        }
     }
 
     /// Number of sessions on the hub.
@@ -153,6 +168,17 @@ impl Hub {
         self.stats.unattributed.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(backend = %self.backend, what, "shared backend message attributable to no single client; dropped");
     }
+}
+
+/// What a session's departure means for the shared backend.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Leaving {
+    /// URIs to unsubscribe upstream (their last subscriber left).
+    pub unsubscribe: Vec<String>,
+    /// A less verbose log level the backend may now run at.
+    pub level: Option<u8>,
+    /// No session uses the connection any more.
+    pub empty: bool,
 }
 
 fn uri_of(n: &Notification) -> Option<String> {
@@ -242,9 +268,9 @@ mod tests {
         hub.notify(upd);
         assert_eq!(lock(&a.0).len(), 1);
         assert_eq!(lock(&b.0).len(), 2);
-        let (gone, empty) = hub.leave(2);
-        assert_eq!(gone, vec!["x://1".to_owned()]);
-        assert!(!empty);
+        let left = hub.leave(2);
+        assert_eq!(left.unsubscribe, vec!["x://1".to_owned()]);
+        assert!(!left.empty);
         hub.notify(Notification::new("notifications/message", None));
         assert_eq!(hub.stats.unattributed.load(Ordering::Relaxed), 1);
     }
@@ -257,6 +283,9 @@ mod tests {
         assert_eq!(hub.set_level(1, 3), Some(3));
         assert_eq!(hub.set_level(2, 5), None);
         assert_eq!(hub.set_level(2, 0), Some(0));
+        // The verbose session leaves: the backend may go back to the other's level.
+        assert_eq!(hub.leave(2).level, Some(3));
+        assert_eq!(hub.leave(1).level, None);
         assert_eq!(level_rank("warning"), Some(3));
         assert_eq!(level_rank("loud"), None);
     }

@@ -185,8 +185,8 @@ impl SessionRoute {
             } else {
                 None
             };
-            let (gone, empty) = hub.leave(self.key);
-            if empty && slot.cfg.session_mode == SessionMode::PerUser {
+            let left = hub.leave(self.key);
+            if left.empty && slot.cfg.session_mode == SessionMode::PerUser {
                 if let Some(mut users) = users {
                     if users
                         .get(&self.principal)
@@ -198,9 +198,18 @@ impl SessionRoute {
                 stops.push(conn.clone());
             } else {
                 drop(users);
-                for uri in gone {
+                let mut tell: Vec<(&str, Value)> = left
+                    .unsubscribe
+                    .into_iter()
+                    .map(|uri| ("resources/unsubscribe", json!({ "uri": uri })))
+                    .collect();
+                if let Some(name) = left.level.and_then(|l| LOG_LEVELS.get(usize::from(l))) {
+                    tell.push(("logging/setLevel", json!({ "level": name })));
+                }
+                for (method, params) in tell {
                     let conn = conn.clone();
                     tokio::spawn(async move {
+                        // Gantry's own request: nothing it causes belongs to a client.
                         let ctx = CallCtx {
                             sink: Arc::new(Hub::new(
                                 conn.name(),
@@ -208,8 +217,7 @@ impl SessionRoute {
                             )),
                             cancel: CancellationToken::new(),
                         };
-                        let params = to_raw(&json!({ "uri": uri }));
-                        let _ = conn.call("resources/unsubscribe", Some(params), &ctx).await;
+                        let _ = conn.call(method, Some(to_raw(&params)), &ctx).await;
                     });
                 }
             }
