@@ -497,3 +497,50 @@ async fn a_slow_reader_does_not_stall_other_sessions() {
         .await;
     assert_eq!(r["result"]["content"][0]["text"], "ok");
 }
+
+/// A shared connection past `pool.max_lifetime` takes no new sessions: they get a new
+/// process, the old one keeps serving its sessions and stops after the last.
+#[tokio::test]
+async fn shared_connection_is_recycled_after_max_lifetime() {
+    let g = Gantry::with_config(&shared_config("[backends.pool]\nmax_lifetime = \"1s\"\n"));
+    let old = sessions(&g, 1, json!({})).await;
+    let first = children_of(g.pid());
+    assert_eq!(first.len(), 1);
+    // Let the connection outlive its lifetime (the policy under test is time itself).
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let new = sessions(&g, 1, json!({})).await;
+    let both = children_of(g.pid());
+    assert_eq!(both.len(), 2, "a new process for the new session: {both:?}");
+    for c in old.iter().chain(&new) {
+        assert_eq!(
+            c.call_tool(json!(1), "echo", json!({"message": "x"})).await["result"]["content"][0]
+                ["text"],
+            "x"
+        );
+    }
+    let del = old[0]
+        .http
+        .delete(&old[0].url)
+        .header("mcp-session-id", old[0].session.clone().unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(del.status().as_u16(), 200);
+    let end = Instant::now() + Duration::from_secs(10);
+    while children_of(g.pid()).len() != 1 && Instant::now() < end {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let left = children_of(g.pid());
+    assert_eq!(
+        left.len(),
+        1,
+        "the retired process stopped with its last session"
+    );
+    assert_ne!(left[0].0, first[0].0, "the process left is the new one");
+    assert_eq!(
+        new[0]
+            .call_tool(json!(2), "echo", json!({"message": "y"}))
+            .await["result"]["content"][0]["text"],
+        "y"
+    );
+}

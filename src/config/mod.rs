@@ -212,7 +212,9 @@ pub struct PoolConfig {
     /// Gantry (with `client_capabilities`), not as the client that later adopts one.
     /// Default 0.
     pub min_idle: usize,
-    /// A warm connection older than this is replaced. Default `1h`.
+    /// A warm connection older than this is replaced, and a `shared` connection older
+    /// than this takes no new sessions (a new one is started for them; the old one
+    /// stops when its last session ends). Default `1h`.
     #[serde(with = "humantime_serde")]
     pub max_lifetime: Duration,
     /// At most this many live connections (processes / HTTP sessions) of this backend;

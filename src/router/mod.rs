@@ -98,7 +98,9 @@ type SharedConn = (Arc<Conn>, Arc<Hub>);
 struct Slot {
     cfg: BackendConfig,
     stats: Arc<BackendStats>,
-    shared: tokio::sync::OnceCell<SharedConn>,
+    /// The current shared connection (replaced after `pool.max_lifetime`; the old one
+    /// serves its sessions until the last leaves).
+    shared: tokio::sync::Mutex<Option<SharedConn>>,
     users: tokio::sync::Mutex<HashMap<String, SharedConn>>,
     warm: Mutex<Vec<Arc<Conn>>>,
 }
@@ -186,6 +188,14 @@ impl SessionRoute {
                 None
             };
             let left = hub.leave(self.key);
+            if left.empty && slot.cfg.session_mode == SessionMode::Shared {
+                // A retired shared connection (past max_lifetime) stops with its last session.
+                let current = slot.shared.lock().await;
+                if !current.as_ref().is_some_and(|(c, _)| Arc::ptr_eq(c, conn)) {
+                    stops.push(conn.clone());
+                    continue;
+                }
+            }
             if left.empty && slot.cfg.session_mode == SessionMode::PerUser {
                 if let Some(mut users) = users {
                     if users
@@ -252,7 +262,7 @@ impl Router {
                     Arc::new(Slot {
                         cfg: b.clone(),
                         stats: Arc::new(BackendStats::default()),
-                        shared: tokio::sync::OnceCell::new(),
+                        shared: tokio::sync::Mutex::new(None),
                         users: tokio::sync::Mutex::new(HashMap::new()),
                         warm: Mutex::new(Vec::new()),
                     })
@@ -265,12 +275,9 @@ impl Router {
     /// Shuts down the shared and per-user backend connections (per-session ones end
     /// with their sessions).
     pub async fn shutdown(&self) {
-        let mut conns: Vec<Arc<Conn>> = self
-            .slots
-            .iter()
-            .filter_map(|s| s.shared.get().map(|(c, _)| c.clone()))
-            .collect();
+        let mut conns: Vec<Arc<Conn>> = Vec::new();
         for s in &self.slots {
+            conns.extend(s.shared.lock().await.take().map(|(c, _)| c));
             conns.extend(s.users.lock().await.drain().map(|(_, (c, _))| c));
         }
         futures::future::join_all(conns.iter().map(|c| c.shutdown())).await;
@@ -388,15 +395,30 @@ impl Router {
                 Ok((slot.start(params, Some(owner.clone()))?, None))
             }
             SessionMode::Shared => {
-                let (conn, hub) = slot
-                    .shared
-                    .get_or_try_init(|| async {
+                let mut current = slot.shared.lock().await;
+                // Past its maximum lifetime, the connection takes no new sessions: it
+                // serves the ones it has until the last leaves, then stops.
+                let expired = current
+                    .as_ref()
+                    .is_some_and(|(c, _)| c.age() >= slot.cfg.pool.max_lifetime);
+                if expired {
+                    if let Some((old, hub)) = current.take() {
+                        tracing::info!(backend = %slot.cfg.name, "shared connection reached max_lifetime; new sessions get a new one");
+                        if hub.is_empty() {
+                            tokio::spawn(async move { old.shutdown().await });
+                        }
+                    }
+                }
+                let (conn, hub) = match current.as_ref() {
+                    Some(c) => c.clone(),
+                    None => {
                         let hub = Arc::new(Hub::new(&slot.cfg.name, slot.stats.clone()));
                         let sink: Sink = hub.clone();
-                        Ok::<_, UpstreamError>((slot.start(slot.shared_init(), Some(sink))?, hub))
-                    })
-                    .await?
-                    .clone();
+                        let made = (slot.start(slot.shared_init(), Some(sink))?, hub);
+                        *current = Some(made.clone());
+                        made
+                    }
+                };
                 hub.join(key, owner.clone());
                 Ok((conn, Some(hub)))
             }
