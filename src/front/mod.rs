@@ -193,7 +193,11 @@ fn json_response(body: String) -> HttpResponse {
 fn sse_response(
     body: impl futures::Stream<Item = Result<bytes::Bytes, std::convert::Infallible>> + Send + 'static,
 ) -> HttpResponse {
-    let mut resp = HttpResponse::new(Body::from_stream(body));
+    with_sse_headers(HttpResponse::new(Body::from_stream(body)))
+}
+
+/// Marks a response as an SSE stream (type, no caching, no proxy buffering).
+fn with_sse_headers(mut resp: HttpResponse) -> HttpResponse {
     let h = resp.headers_mut();
     h.insert(
         header::CONTENT_TYPE,
@@ -486,9 +490,9 @@ async fn initialize(
     let mut resp = if accepts.json {
         json_response(body)
     } else {
-        sse_response(futures::stream::iter([Ok(bytes::Bytes::from(
-            crate::sse::message_event(None, &body),
-        ))]))
+        with_sse_headers(HttpResponse::new(Body::from(crate::sse::message_event(
+            None, &body,
+        ))))
     };
     if failed {
         app.sessions.end(&session.id).await;
@@ -674,9 +678,8 @@ async fn single(
             Some(&format!("{}_1", stream.id)),
             &only,
         ));
-        let mut resp = sse_response(futures::stream::iter([Ok(bytes::Bytes::from(body))]));
-        resp.headers_mut().remove(header::TRANSFER_ENCODING);
-        return resp;
+        // A complete body: sent with Content-Length, the connection stays open.
+        return with_sse_headers(HttpResponse::new(Body::from(body)));
     }
     let opts = app.body_options(&session, true, true);
     sse_response(sse_body(stream, 0, opts))
