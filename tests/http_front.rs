@@ -305,6 +305,14 @@ async fn quick_answers_and_streamed_answers_are_both_sse() {
         "priming event and response: {}",
         quick.raw
     );
+    // A complete body with its length: the keep-alive connection stays usable (a body
+    // delimited by closing the connection would cost a new connection per call).
+    assert!(
+        quick.headers.get("content-length").is_some(),
+        "{:?}",
+        quick.headers
+    );
+    assert!(quick.headers.get("connection").is_none_or(|v| v != "close"));
     assert_eq!(text_of(quick.response(&json!(1)).unwrap()), "q");
     let with_progress = c
         .request(
