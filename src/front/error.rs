@@ -102,6 +102,12 @@ impl IntoResponse for FrontError {
             body,
         )
             .into_response();
+        if matches!(self, Self::TooLarge(_)) {
+            // The rest of the body was not read: the connection cannot carry another
+            // request, and the client must not reuse it.
+            resp.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
         if matches!(self, Self::MethodNotAllowed) {
             resp.headers_mut()
                 .insert(header::ALLOW, HeaderValue::from_static("GET, POST, DELETE"));
