@@ -101,28 +101,6 @@ async fn connection_cap_is_a_clear_error() {
     );
 }
 
-async fn in_flight_reaches(g: &Gantry, n: u64) -> bool {
-    let end = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < end {
-        let text = reqwest::get(format!("{}/metrics", g.base))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        let now = text
-            .lines()
-            .find(|l| l.starts_with("gantry_calls_in_flight "))
-            .and_then(|l| l.rsplit(' ').next())
-            .and_then(|v| v.parse::<u64>().ok());
-        if now == Some(n) {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    false
-}
-
 #[tokio::test]
 async fn in_flight_limit_queues_then_refuses() {
     let g = Gantry::with_config(&config("max_in_flight = 1\nqueue = 1\n"));
@@ -132,11 +110,11 @@ async fn in_flight_limit_queues_then_refuses() {
     let first = c.call_tool(json!(1), "slow", json!({"ms": 1000}));
     // Each next request is sent once the previous one is in flight (or queued).
     let second = async {
-        assert!(in_flight_reaches(&g, 1).await);
+        assert!(metric_until(&g, "gantry_calls_in_flight", |n| n == 1.0).await);
         c.call_tool(json!(2), "slow", json!({"ms": 10})).await
     };
     let third = async {
-        assert!(in_flight_reaches(&g, 2).await);
+        assert!(metric_until(&g, "gantry_calls_in_flight", |n| n == 2.0).await);
         c.call_tool(json!(3), "echo", json!({"message": "x"})).await
     };
     let (a, b, busy) = tokio::join!(first, second, third);
@@ -167,16 +145,5 @@ async fn idle_expiry_stops_the_session_process_and_is_counted() {
         wait_children(&g, 0),
         "the expired session's process is gone"
     );
-    let text = reqwest::get(format!("{}/metrics", g.base))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let reaped = text
-        .lines()
-        .find(|l| l.starts_with("gantry_sessions_reaped_total "))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse::<u64>().ok());
-    assert_eq!(reaped, Some(1), "{text}");
+    assert_eq!(metric(&g, "gantry_sessions_reaped_total").await, Some(1.0));
 }

@@ -270,7 +270,15 @@ async fn server_requests_go_to_the_only_caller_and_never_to_a_guess() {
     // nobody is asked, and the backend gets an error instead.
     let other = clients[1].call_tool(json!(9), "slow", json!({"ms": 3000}));
     let mine = async {
-        tokio::time::sleep(Duration::from_millis(300)).await; // let `slow` reach the backend first
+        // Only once `slow` is waiting on the backend are two calls in flight.
+        assert!(
+            metric_until(
+                &g,
+                "gantry_backend_pending_requests{backend=\"example\"}",
+                |n| n >= 1.0
+            )
+            .await
+        );
         call_answering(
             &clients[0],
             json!(2),
@@ -287,19 +295,6 @@ async fn server_requests_go_to_the_only_caller_and_never_to_a_guess() {
         "the tool saw the refusal: {resp}"
     );
     assert_eq!(slow["result"]["content"][0]["text"], "done");
-}
-
-async fn metric(g: &Gantry, name: &str) -> Option<f64> {
-    let text = reqwest::get(format!("{}/metrics", g.base))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .find(|l| l.starts_with(name))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
 }
 
 /// The done-when stress test of session multiplexing: 200 sessions on one shared
@@ -345,7 +340,7 @@ async fn two_hundred_sessions_with_colliding_ids_progress_and_cancellation() {
                 .send()
                 .await
                 .unwrap();
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            // The headers came back, so the call is registered and can be cancelled.
             assert_eq!(c.notify("notifications/cancelled", json!({"requestId":"x","reason":"test"})).await, 202);
             let r = Client::read(resp).await;
             assert!(r.response(&json!("x")).is_none(), "a cancelled request gets no response");
@@ -355,13 +350,15 @@ async fn two_hundred_sessions_with_colliding_ids_progress_and_cancellation() {
     futures::future::join_all(work).await;
     // Nothing pending upstream once every call has ended (bounded poll: cancels and
     // late responses settle asynchronously).
-    let end = Instant::now() + Duration::from_secs(10);
-    let mut pending = metric(&g, "gantry_backend_pending_requests{backend=\"example\"}").await;
-    while pending != Some(0.0) && Instant::now() < end {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        pending = metric(&g, "gantry_backend_pending_requests{backend=\"example\"}").await;
-    }
-    assert_eq!(pending, Some(0.0), "pending table empty at the end");
+    assert!(
+        metric_until(
+            &g,
+            "gantry_backend_pending_requests{backend=\"example\"}",
+            |n| n == 0.0
+        )
+        .await,
+        "pending table empty at the end"
+    );
     assert_eq!(
         metric(&g, "gantry_backend_connections{backend=\"example\"}").await,
         Some(1.0)

@@ -403,3 +403,29 @@ impl Client {
             .status
     }
 }
+
+/// The value of one metric line (`name` includes any labels) from `/metrics`.
+pub async fn metric(g: &Gantry, name: &str) -> Option<f64> {
+    let text = reqwest::get(format!("{}/metrics", g.base))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find(|l| l.split(' ').next() == Some(name))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+/// Polls a metric (bounded, 10 s) until `ok` holds; false if it never did.
+pub async fn metric_until(g: &Gantry, name: &str, ok: impl Fn(f64) -> bool) -> bool {
+    let end = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < end {
+        if metric(g, name).await.is_some_and(&ok) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    false
+}
