@@ -7,6 +7,11 @@ use gantry::telemetry::{self, LogFormat};
 use std::path::{Path, PathBuf};
 use tokio_util::sync::CancellationToken;
 
+/// mimalloc instead of glibc malloc: a call allocates a few dozen small, short-lived
+/// buffers across threads, which glibc's arenas serve noticeably slower (see BENCHMARKS.md).
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Gantry: an MCP gateway. Exposes MCP servers (local stdio programs or Streamable
 /// HTTP servers) to any MCP client over Streamable HTTP.
 ///

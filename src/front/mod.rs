@@ -23,7 +23,7 @@ use crate::jsonrpc::{
 };
 use crate::router::{ClientInit, Router, SESSION_VERSIONS};
 use crate::session::{sse_body, BodyOptions, EventStream, Session, SessionError, SessionStore};
-use crate::telemetry::metrics::{self, Metrics, MetricsError};
+use crate::telemetry::metrics::{self, Metrics, MetricsError, Outcome};
 use crate::upstream::BackendStats;
 use axum::body::Body;
 use axum::extract::{Extension, Request as HttpRequest, State};
@@ -602,18 +602,12 @@ pub(crate) async fn run_tracked(
     let started = std::time::Instant::now();
     let resp = app.router.dispatch(route, req, ctx).await;
     let outcome = match &resp {
-        None => "cancelled",
-        Some(r) if r.outcome.is_err() => "error",
-        Some(_) => "ok",
+        None => Outcome::Cancelled,
+        Some(r) if r.outcome.is_err() => Outcome::Error,
+        Some(_) => Outcome::Ok,
     };
     app.metrics
-        .requests
-        .with_label_values(&[method, outcome])
-        .inc();
-    app.metrics
-        .latency
-        .with_label_values(&[method])
-        .observe(started.elapsed().as_secs_f64());
+        .observe_request(method, outcome, started.elapsed());
     resp
 }
 

@@ -35,6 +35,24 @@ pub fn method_label(method: &str) -> &'static str {
         .unwrap_or("other")
 }
 
+/// How a client request ended, as counted in `requests_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Ok,
+    Error,
+    Cancelled,
+}
+
+/// The series of one method label, resolved once: looking a label set up in a
+/// metric vector hashes it and takes a lock, on every call otherwise.
+struct MethodSeries {
+    label: &'static str,
+    ok: IntCounter,
+    error: IntCounter,
+    cancelled: IntCounter,
+    latency: prometheus::Histogram,
+}
+
 /// Gantry's metrics, registered in their own registry (no globals).
 pub struct Metrics {
     registry: Registry,
@@ -56,6 +74,8 @@ pub struct Metrics {
     pub backend_restarts: IntCounterVec,
     /// Backend messages attributable to no single client (dropped), by backend.
     pub backend_unattributed: IntCounterVec,
+    /// `requests` and `latency` per method label (`METHODS`, then `other`).
+    by_method: Vec<MethodSeries>,
 }
 
 /// Why the metrics could not be set up (a programming error: names are fixed).
@@ -120,6 +140,20 @@ impl Metrics {
             ),
             &["backend"],
         )?;
+        let by_method = METHODS
+            .iter()
+            .copied()
+            .chain(std::iter::once("other"))
+            .map(|label| {
+                Ok(MethodSeries {
+                    label,
+                    ok: requests.get_metric_with_label_values(&[label, "ok"])?,
+                    error: requests.get_metric_with_label_values(&[label, "error"])?,
+                    cancelled: requests.get_metric_with_label_values(&[label, "cancelled"])?,
+                    latency: latency.get_metric_with_label_values(&[label])?,
+                })
+            })
+            .collect::<Result<Vec<_>, prometheus::Error>>()?;
         registry.register(Box::new(requests.clone()))?;
         registry.register(Box::new(latency.clone()))?;
         registry.register(Box::new(sessions.clone()))?;
@@ -140,7 +174,27 @@ impl Metrics {
             backend_pending,
             backend_restarts,
             backend_unattributed,
+            by_method,
         })
+    }
+
+    /// Counts one answered client request and its latency.
+    pub fn observe_request(&self, method: &str, outcome: Outcome, elapsed: std::time::Duration) {
+        let label = method_label(method);
+        let Some(series) = self
+            .by_method
+            .iter()
+            .find(|s| s.label == label)
+            .or(self.by_method.last())
+        else {
+            return;
+        };
+        match outcome {
+            Outcome::Ok => series.ok.inc(),
+            Outcome::Error => series.error.inc(),
+            Outcome::Cancelled => series.cancelled.inc(),
+        }
+        series.latency.observe(elapsed.as_secs_f64());
     }
 
     /// Raises a counter to `value` (counters kept as atomics elsewhere).
