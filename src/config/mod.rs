@@ -96,6 +96,11 @@ pub struct ServerConfig {
     /// On SIGTERM, how long in-flight requests may take to finish. Default `10s`.
     #[serde(with = "humantime_serde")]
     pub shutdown_grace: Duration,
+    /// Stateless-era (2026-07-28) clients: how long a call that asked the client for
+    /// input (`input_required`) waits for the client's retry before it is cancelled.
+    /// Default `5m`.
+    #[serde(with = "humantime_serde")]
+    pub input_timeout: Duration,
 }
 
 impl Default for ServerConfig {
@@ -114,6 +119,7 @@ impl Default for ServerConfig {
             legacy_sse: true,
             metrics: true,
             shutdown_grace: Duration::from_secs(10),
+            input_timeout: Duration::from_secs(5 * 60),
         }
     }
 }
@@ -422,6 +428,9 @@ impl ConfigFile {
         }
         if self.server.event_buffer == 0 {
             problems.push("server.event_buffer: must be at least 1".into());
+        }
+        if self.server.input_timeout < Duration::from_secs(1) {
+            problems.push("server.input_timeout: must be at least 1s".into());
         }
         if self.server.session_idle_timeout < Duration::from_secs(1) {
             problems.push("server.session_idle_timeout: must be at least 1s".into());

@@ -10,7 +10,9 @@
 
 mod error;
 mod legacy;
+mod mrtr;
 mod origin;
+mod stateless;
 
 pub use error::FrontError;
 pub use origin::OriginPolicy;
@@ -52,6 +54,10 @@ pub struct App {
     calls: AtomicUsize,
     /// Cancelled when the server stops accepting work.
     pub stopping: CancellationToken,
+    /// Stateless-era calls waiting for their client's input.
+    mrtr: mrtr::Mrtr<stateless::Running>,
+    /// Each principal's route to the backends for its stateless-era requests.
+    stateless: dashmap::DashMap<String, Arc<tokio::sync::OnceCell<Arc<stateless::Internal>>>>,
 }
 
 /// Counts a call in progress (graceful shutdown waits for them).
@@ -82,6 +88,8 @@ impl App {
             auth: Authenticator::new(&cfg.auth),
             calls: AtomicUsize::new(0),
             stopping: CancellationToken::new(),
+            mrtr: mrtr::Mrtr::new(cfg.server.input_timeout),
+            stateless: dashmap::DashMap::new(),
             cfg,
         }))
     }
@@ -148,6 +156,8 @@ async fn metrics(State(app): State<Arc<App>>) -> HttpResponse {
     );
     m.calls_in_flight
         .set(i64::try_from(app.calls_in_flight()).unwrap_or(i64::MAX));
+    m.calls_awaiting_input
+        .set(i64::try_from(app.mrtr.len()).unwrap_or(i64::MAX));
     for (name, stats) in app.router.backend_stats() {
         let (conns, pending) = stats.load();
         m.backend_connections
@@ -423,6 +433,16 @@ async fn post(app: Arc<App>, principal: Principal, req: HttpRequest) -> HttpResp
         Ok(i) => i,
         Err(e) => return FrontError::from(e).into_response(),
     };
+    if session_header(&headers).is_none() {
+        if let Incoming::Single(m) = &incoming {
+            if stateless::is_stateless(&headers, m) {
+                let Incoming::Single(m) = incoming else {
+                    return FrontError::SessionNotFound.into_response();
+                };
+                return stateless::post(app, principal, &headers, m, accepts).await;
+            }
+        }
+    }
     if let Incoming::Single(Message::Request(r)) = &incoming {
         // `initialize` on a live session is dispatched like any request (and refused
         // there as "already initialized"); only without one does it open a session.
@@ -815,9 +835,20 @@ pub async fn serve(
         tokio::spawn(async move {
             let every = (app.cfg.server.session_idle_timeout / 4)
                 .clamp(Duration::from_millis(250), Duration::from_secs(30));
+            let mut last_reap = tokio::time::Instant::now();
             loop {
-                tokio::time::sleep(every).await;
-                app.sessions.reap().await;
+                tokio::time::sleep(every.min(Duration::from_secs(1))).await;
+                let expired = app.mrtr.sweep();
+                if expired > 0 {
+                    tracing::info!(
+                        calls = expired,
+                        "calls waiting for client input expired; cancelled"
+                    );
+                }
+                if last_reap.elapsed() >= every {
+                    last_reap = tokio::time::Instant::now();
+                    app.sessions.reap().await;
+                }
             }
         })
     };
@@ -831,6 +862,8 @@ pub async fn serve(
         tokio::spawn(async move {
             stop.cancelled().await;
             app.stopping.cancel();
+            // Calls waiting for a stateless client's input end now (cancelled).
+            app.mrtr.clear();
             let grace = app.cfg.server.shutdown_grace;
             let deadline = tokio::time::Instant::now() + grace;
             while app.calls_in_flight() > 0 && tokio::time::Instant::now() < deadline {

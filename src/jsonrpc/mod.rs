@@ -31,6 +31,13 @@ pub mod code {
     pub const SESSION_ERROR: i64 = -32001;
     /// Resource not found (session era, up to 2025-11-25).
     pub const RESOURCE_NOT_FOUND: i64 = -32002;
+    /// 2026-07-28: an `MCP-Protocol-Version` / `Mcp-Method` / `Mcp-Name` header is
+    /// missing or disagrees with the body.
+    pub const HEADER_MISMATCH: i64 = -32020;
+    /// 2026-07-28: the request needs a client capability it did not declare.
+    pub const MISSING_CLIENT_CAPABILITY: i64 = -32021;
+    /// 2026-07-28: the request's protocol version is not one the server speaks.
+    pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
 }
 
 /// Why a byte string is not an acceptable JSON-RPC message.

@@ -293,7 +293,7 @@ struct StreamSink {
 }
 
 /// The client capability a server→client request needs, if any.
-fn required_capability(method: &str) -> Option<&'static str> {
+pub(crate) fn required_capability(method: &str) -> Option<&'static str> {
     match method {
         "sampling/createMessage" => Some("sampling"),
         "elicitation/create" => Some("elicitation"),

@@ -66,6 +66,8 @@ pub struct Metrics {
     pub sessions_reaped: IntCounter,
     /// Client requests being answered now.
     pub calls_in_flight: IntGauge,
+    /// Stateless-era calls parked until their client answers `input_required`.
+    pub calls_awaiting_input: IntGauge,
     /// Live backend connections, by backend.
     pub backend_connections: IntGaugeVec,
     /// Requests waiting for a backend, by backend.
@@ -112,6 +114,10 @@ impl Metrics {
         )?;
         let calls_in_flight =
             IntGauge::new("calls_in_flight", "Client requests being answered now")?;
+        let calls_awaiting_input = IntGauge::new(
+            "calls_awaiting_input",
+            "Stateless-era calls waiting for their client's input (input_required)",
+        )?;
         let backend_connections = IntGaugeVec::new(
             Opts::new(
                 "backend_connections",
@@ -159,6 +165,7 @@ impl Metrics {
         registry.register(Box::new(sessions.clone()))?;
         registry.register(Box::new(sessions_reaped.clone()))?;
         registry.register(Box::new(calls_in_flight.clone()))?;
+        registry.register(Box::new(calls_awaiting_input.clone()))?;
         registry.register(Box::new(backend_connections.clone()))?;
         registry.register(Box::new(backend_pending.clone()))?;
         registry.register(Box::new(backend_restarts.clone()))?;
@@ -170,6 +177,7 @@ impl Metrics {
             sessions,
             sessions_reaped,
             calls_in_flight,
+            calls_awaiting_input,
             backend_connections,
             backend_pending,
             backend_restarts,

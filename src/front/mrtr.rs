@@ -1,0 +1,298 @@
+//! Multi-round-trip requests (2026-07-28) in front of session-era backends.
+//!
+//! A session-era backend that needs sampling, elicitation or roots *while* serving a
+//! stateless-era client's call sends a server→client request and waits. Gantry
+//! cannot send that request to the client (the stateless era has none), so it answers
+//! the client's call with `resultType: "input_required"` listing the backend's
+//! requests as `inputRequests`, and **parks** the backend call here. The client
+//! retries with `inputResponses` and the opaque `requestState`; Gantry finds the
+//! parked call, hands the answers to the backend and goes on waiting for the call's
+//! result (or the next round of input requests).
+//!
+//! `requestState` is `g1.<parked id>.<expiry ms>.<mac>`, the MAC an HMAC-SHA256 under
+//! a key drawn at start-up over the id, the expiry, the principal, the method and the
+//! tool / prompt / resource name. So a state cannot be forged, altered, replayed by
+//! another principal, or replayed against another call; a parked call is taken out
+//! of the table when its state is redeemed, so a state also works only once. Parked
+//! calls that are not resumed before their expiry are dropped, which cancels the
+//! backend call (`notifications/cancelled` upstream).
+
+use crate::call::ClientAnswer;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
+use dashmap::DashMap;
+use hmac::{Hmac, KeyInit, Mac};
+use indexmap::IndexMap;
+use rand::RngCore;
+use serde_json::value::RawValue;
+use sha2::Sha256;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::sync::oneshot;
+
+/// Parked calls one principal may hold at once.
+const MAX_PARKED_PER_PRINCIPAL: usize = 64;
+
+/// One server→client request of a backend, waiting for the client's answer.
+pub struct Ask {
+    /// `sampling/createMessage`, `elicitation/create` or `roots/list`.
+    pub method: String,
+    /// Its params, untouched.
+    pub params: Option<Box<RawValue>>,
+    /// Where the answer goes.
+    pub reply: oneshot::Sender<ClientAnswer>,
+}
+
+/// What a call is, for binding its `requestState`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Binding {
+    /// Who called.
+    pub principal: String,
+    /// `tools/call`, `prompts/get` or `resources/read`.
+    pub method: String,
+    /// The tool / prompt name or resource URI.
+    pub name: String,
+}
+
+/// A call waiting for a client's input.
+pub struct Parked<C> {
+    /// The running call (dropping it cancels it).
+    pub call: C,
+    /// Its open requests by input key, in the order they were asked.
+    pub asks: IndexMap<String, Ask>,
+    binding: Binding,
+    expires_ms: u64,
+}
+
+/// Why a retry's `requestState` was refused. Each is a `-32602` for the client.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum StateError {
+    /// Not a state Gantry issued, altered, or issued for another caller or call.
+    #[error("requestState is not valid for this request")]
+    Invalid,
+    /// Issued by Gantry but past its expiry; the backend call was cancelled.
+    #[error("requestState has expired; the call was cancelled, start it again")]
+    Expired,
+    /// Already redeemed (a replay), or the call ended meanwhile.
+    #[error("requestState was already used or its call has ended; start the call again")]
+    Gone,
+}
+
+/// Why a call could not be parked.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("too many calls of this caller are waiting for input")]
+pub struct TooMany;
+
+/// The parked calls of the front door.
+pub struct Mrtr<C> {
+    key: [u8; 32],
+    ttl: Duration,
+    next: AtomicU64,
+    parked: DashMap<u64, Parked<C>>,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+impl<C> Mrtr<C> {
+    /// A table whose parked calls live at most `ttl`.
+    pub fn new(ttl: Duration) -> Self {
+        let mut key = [0u8; 32];
+        rand::thread_rng().fill_bytes(&mut key);
+        Self {
+            key,
+            ttl,
+            next: AtomicU64::new(1),
+            parked: DashMap::new(),
+        }
+    }
+
+    fn mac(&self, id: u64, expires_ms: u64, b: &Binding) -> Vec<u8> {
+        // Infallible for HMAC (any key length); an empty MAC never verifies.
+        let Ok(mut m) = <Hmac<Sha256> as KeyInit>::new_from_slice(&self.key) else {
+            return Vec::new();
+        };
+        for part in [
+            id.to_string().as_bytes(),
+            expires_ms.to_string().as_bytes(),
+            b.principal.as_bytes(),
+            b.method.as_bytes(),
+            b.name.as_bytes(),
+        ] {
+            m.update(&(part.len() as u64).to_be_bytes());
+            m.update(part);
+        }
+        m.finalize().into_bytes().to_vec()
+    }
+
+    /// Parks `call` with its open `asks`; returns the `requestState` to give the client.
+    pub fn park(
+        &self,
+        call: C,
+        asks: IndexMap<String, Ask>,
+        binding: Binding,
+    ) -> Result<String, (TooMany, C)> {
+        let held = self
+            .parked
+            .iter()
+            .filter(|e| e.value().binding.principal == binding.principal)
+            .count();
+        if held >= MAX_PARKED_PER_PRINCIPAL {
+            return Err((TooMany, call));
+        }
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let ttl_ms = u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX);
+        let expires_ms = now_ms().saturating_add(ttl_ms);
+        let mac = URL_SAFE_NO_PAD.encode(self.mac(id, expires_ms, &binding));
+        self.parked.insert(
+            id,
+            Parked {
+                call,
+                asks,
+                binding,
+                expires_ms,
+            },
+        );
+        Ok(format!("g1.{id}.{expires_ms}.{mac}"))
+    }
+
+    /// Takes the parked call `state` names, if `state` is genuine and for `binding`.
+    pub fn redeem(&self, state: &str, binding: &Binding) -> Result<Parked<C>, StateError> {
+        let mut parts = state.split('.');
+        let (Some("g1"), Some(id), Some(exp), Some(mac), None) = (
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next(),
+        ) else {
+            return Err(StateError::Invalid);
+        };
+        let (Ok(id), Ok(expires_ms), Ok(mac)) = (
+            id.parse::<u64>(),
+            exp.parse::<u64>(),
+            URL_SAFE_NO_PAD.decode(mac),
+        ) else {
+            return Err(StateError::Invalid);
+        };
+        let expected = self.mac(id, expires_ms, binding);
+        if expected.is_empty()
+            || !bool::from(subtle::ConstantTimeEq::ct_eq(&expected[..], &mac[..]))
+        {
+            return Err(StateError::Invalid);
+        }
+        if now_ms() > expires_ms {
+            // Dropped by the sweeper already, or now.
+            self.parked.remove(&id);
+            return Err(StateError::Expired);
+        }
+        match self.parked.remove(&id) {
+            Some((_, p)) if p.binding == *binding => Ok(p),
+            Some((id, p)) => {
+                // Cannot happen with a verified MAC; keep the call for its owner.
+                self.parked.insert(id, p);
+                Err(StateError::Invalid)
+            }
+            None => Err(StateError::Gone),
+        }
+    }
+
+    /// Drops every parked call past its expiry (cancelling it). Returns how many.
+    pub fn sweep(&self) -> usize {
+        let now = now_ms();
+        let before = self.parked.len();
+        self.parked.retain(|_, p| p.expires_ms >= now);
+        before.saturating_sub(self.parked.len())
+    }
+
+    /// Calls parked now.
+    pub fn len(&self) -> usize {
+        self.parked.len()
+    }
+
+    /// Drops every parked call (shutdown).
+    pub fn clear(&self) {
+        self.parked.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+
+    fn binding(p: &str) -> Binding {
+        Binding {
+            principal: p.into(),
+            method: "tools/call".into(),
+            name: "ask".into(),
+        }
+    }
+
+    #[test]
+    fn a_state_works_once_for_its_owner_only() {
+        let m: Mrtr<u32> = Mrtr::new(Duration::from_secs(60));
+        let state = m.park(7, IndexMap::new(), binding("alice")).unwrap();
+        assert_eq!(
+            m.redeem(&state, &binding("bob")).err(),
+            Some(StateError::Invalid)
+        );
+        let other_call = Binding {
+            name: "other".into(),
+            ..binding("alice")
+        };
+        assert_eq!(
+            m.redeem(&state, &other_call).err(),
+            Some(StateError::Invalid)
+        );
+        assert_eq!(
+            m.redeem(&state, &binding("alice")).map(|p| p.call).ok(),
+            Some(7)
+        );
+        assert_eq!(
+            m.redeem(&state, &binding("alice")).err(),
+            Some(StateError::Gone)
+        );
+    }
+
+    #[test]
+    fn altered_or_foreign_states_are_refused() {
+        let m: Mrtr<u32> = Mrtr::new(Duration::from_secs(60));
+        let state = m.park(1, IndexMap::new(), binding("alice")).unwrap();
+        let other: Mrtr<u32> = Mrtr::new(Duration::from_secs(60));
+        assert_eq!(
+            other.redeem(&state, &binding("alice")).err(),
+            Some(StateError::Invalid)
+        );
+        for bad in [
+            format!("{state}-TAMPERED"),
+            state.replacen("g1.1.", "g1.2.", 1),
+            String::new(),
+            "g1.1.2".into(),
+            "g1.x.y.z".into(),
+        ] {
+            assert_eq!(
+                m.redeem(&bad, &binding("alice")).err(),
+                Some(StateError::Invalid),
+                "{bad}"
+            );
+        }
+        assert_eq!(m.len(), 1);
+    }
+
+    #[test]
+    fn expired_calls_are_swept_and_their_states_refused() {
+        let m: Mrtr<u32> = Mrtr::new(Duration::ZERO);
+        let state = m.park(1, IndexMap::new(), binding("alice")).unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+        assert_eq!(m.sweep(), 1);
+        assert_eq!(m.len(), 0);
+        assert_eq!(
+            m.redeem(&state, &binding("alice")).err(),
+            Some(StateError::Expired)
+        );
+    }
+}

@@ -1,0 +1,1009 @@
+//! The stateless era (2026-07-28) on the MCP endpoint, beside the session era.
+//!
+//! A POST without `Mcp-Session-Id` whose `MCP-Protocol-Version` header is not a
+//! session-era version, or whose `params._meta` carries `io.modelcontextprotocol/…`
+//! keys, or whose method exists only in this era, is served here. Checks, in the
+//! order the conformance suite pins down: version header present (-32020) →
+//! required `_meta` present and well-typed (-32602) → header equals `_meta` version
+//! (-32020) → version supported (-32022, with the supported list) → `Mcp-Method` /
+//! `Mcp-Name` agree with the body (-32020) → method exists in this era (404, -32601).
+//! All of these are HTTP 400 except the last.
+//!
+//! Every caller (principal) has one internal route to the backends, opened on its
+//! first stateless request the way a session-era client's `initialize` would be, and
+//! used by all its stateless requests. Session-era backends therefore serve stateless
+//! clients unchanged; Gantry translates at this edge:
+//! - results get `resultType`, cacheable ones `ttlMs` / `cacheScope`, every one
+//!   Gantry's `serverInfo` in `_meta`; modern `_meta` keys never reach a backend;
+//! - a backend's progress reaches the request's own response stream (SSE), its log
+//!   messages only when the request asked for them with `_meta` `logLevel`;
+//! - a backend's server→client request becomes an `input_required` result and the
+//!   call waits, parked (see [`super::mrtr`]), for the client's retry; one the
+//!   client's capabilities do not allow ends the call with -32021;
+//! - the client closing its response stream cancels the call upstream.
+
+use super::mrtr::{Ask, Binding, StateError};
+use super::{run_tracked, with_sse_headers, Accepts, App, FrontError};
+use crate::auth::Principal;
+use crate::call::{ClientAnswer, Downstream, Sink};
+use crate::jsonrpc::{code, to_raw, Message, Notification, Request, RequestId, Response, RpcError};
+use crate::router::{level_rank, ClientInit, SESSION_VERSIONS};
+use crate::session::Session;
+use axum::body::Body;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response as HttpResponse};
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine as _;
+use futures::future::BoxFuture;
+use indexmap::IndexMap;
+use serde_json::value::RawValue;
+use serde_json::{json, Map, Value};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot, OnceCell};
+use tokio_util::sync::CancellationToken;
+
+/// Versions of the stateless era Gantry speaks.
+pub const STATELESS_VERSIONS: [&str; 1] = ["2026-07-28"];
+
+const META_PREFIX: &str = "io.modelcontextprotocol/";
+const META_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+const META_CAPS: &str = "io.modelcontextprotocol/clientCapabilities";
+const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
+const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+
+/// Methods of the session era that 2026-07-28 removed.
+const REMOVED: [&str; 5] = [
+    "initialize",
+    "ping",
+    "logging/setLevel",
+    "resources/subscribe",
+    "resources/unsubscribe",
+];
+
+/// Methods whose complete results must say how long they may be cached.
+const CACHEABLE: [&str; 6] = [
+    "server/discover",
+    "tools/list",
+    "prompts/list",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+];
+
+/// Methods that may answer `input_required`, and the param naming what they act on.
+fn input_capable(method: &str) -> Option<&'static str> {
+    match method {
+        "tools/call" | "prompts/get" => Some("name"),
+        "resources/read" => Some("uri"),
+        _ => None,
+    }
+}
+
+/// Every version Gantry serves, newest first (for `server/discover` and -32022).
+fn all_versions() -> Vec<&'static str> {
+    STATELESS_VERSIONS
+        .iter()
+        .chain(SESSION_VERSIONS.iter())
+        .copied()
+        .collect()
+}
+
+/// Whether a session-less message belongs to the stateless era.
+pub(crate) fn is_stateless(headers: &HeaderMap, m: &Message) -> bool {
+    let header_modern = headers
+        .get("mcp-protocol-version")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| !SESSION_VERSIONS.contains(&v.trim()));
+    if header_modern {
+        return true;
+    }
+    let (method, params) = match m {
+        Message::Request(r) => (r.method.as_str(), r.params.as_deref()),
+        Message::Notification(n) => (n.method.as_str(), n.params.as_deref()),
+        Message::Response(_) => return false,
+    };
+    if matches!(method, "server/discover" | "subscriptions/listen") {
+        return true;
+    }
+    meta_of(params).is_some_and(|m| m.keys().any(|k| k.starts_with(META_PREFIX)))
+}
+
+fn meta_of(params: Option<&RawValue>) -> Option<Map<String, Value>> {
+    #[derive(serde::Deserialize)]
+    struct P {
+        #[serde(rename = "_meta")]
+        meta: Option<Map<String, Value>>,
+    }
+    serde_json::from_str::<P>(params?.get()).ok()?.meta
+}
+
+/// A refusal: HTTP status and JSON-RPC error.
+struct Refusal(StatusCode, RpcError);
+
+fn bad(code: i64, msg: impl Into<String>) -> Refusal {
+    Refusal(StatusCode::BAD_REQUEST, RpcError::new(code, msg))
+}
+
+fn answer(status: StatusCode, id: Option<RequestId>, e: &RpcError) -> HttpResponse {
+    json_body(status, Response::err(id, e).to_json())
+}
+
+fn json_body(status: StatusCode, body: String) -> HttpResponse {
+    (
+        status,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        body,
+    )
+        .into_response()
+}
+
+/// What a valid stateless request declared about its caller.
+struct Declared {
+    capabilities: Value,
+    /// Log messages at or above this rank reach the client; `None`: none do.
+    log_rank: Option<u8>,
+}
+
+/// A header value as the spec compares it: surrounding whitespace trimmed, and
+/// `=?base64?…?=` decoded (strictly: bad padding or characters are a mismatch).
+fn header_text(headers: &HeaderMap, name: &str) -> Result<Option<String>, ()> {
+    let Some(v) = headers.get(name) else {
+        return Ok(None);
+    };
+    let v = v.to_str().map_err(|_| ())?.trim_matches([' ', '\t']);
+    match v
+        .strip_prefix("=?base64?")
+        .and_then(|r| r.strip_suffix("?="))
+    {
+        Some(encoded) => {
+            let bytes = STANDARD.decode(encoded).map_err(|_| ())?;
+            String::from_utf8(bytes).map(Some).map_err(|_| ())
+        }
+        None => Ok(Some(v.to_owned())),
+    }
+}
+
+fn validate(
+    headers: &HeaderMap,
+    method: &str,
+    params: &Map<String, Value>,
+) -> Result<Declared, Refusal> {
+    let Some(header_version) = headers.get("mcp-protocol-version") else {
+        return Err(bad(
+            code::HEADER_MISMATCH,
+            "Header mismatch: the MCP-Protocol-Version header is required",
+        ));
+    };
+    let header_version = header_version.to_str().unwrap_or_default().trim();
+    let meta = params.get("_meta").and_then(Value::as_object);
+    let Some(meta) = meta else {
+        return Err(bad(
+            code::INVALID_PARAMS,
+            format!("params._meta is required (with `{META_VERSION}` and `{META_CAPS}`)"),
+        ));
+    };
+    let Some(version) = meta.get(META_VERSION).and_then(Value::as_str) else {
+        return Err(bad(
+            code::INVALID_PARAMS,
+            format!("params._meta[\"{META_VERSION}\"] (a string) is required"),
+        ));
+    };
+    let capabilities = match meta.get(META_CAPS) {
+        Some(c @ Value::Object(_)) => c.clone(),
+        _ => {
+            return Err(bad(
+                code::INVALID_PARAMS,
+                format!("params._meta[\"{META_CAPS}\"] (an object) is required"),
+            ))
+        }
+    };
+    if header_version != version {
+        return Err(bad(
+            code::HEADER_MISMATCH,
+            format!(
+                "Header mismatch: MCP-Protocol-Version header value '{}' does not match body value '{}'",
+                clip(header_version),
+                clip(version)
+            ),
+        ));
+    }
+    if !STATELESS_VERSIONS.contains(&version) {
+        return Err(Refusal(
+            StatusCode::BAD_REQUEST,
+            RpcError::new(
+                code::UNSUPPORTED_PROTOCOL_VERSION,
+                format!("Unsupported protocol version: {}", clip(version)),
+            )
+            .with_data(json!({ "supported": all_versions(), "requested": version })),
+        ));
+    }
+    match header_text(headers, "mcp-method") {
+        Ok(Some(m)) if m == method => {}
+        Ok(Some(m)) => {
+            return Err(bad(
+                code::HEADER_MISMATCH,
+                format!(
+                    "Header mismatch: Mcp-Method header value '{}' does not match body value '{}'",
+                    clip(&m),
+                    clip(method)
+                ),
+            ))
+        }
+        Ok(None) => {
+            return Err(bad(
+                code::HEADER_MISMATCH,
+                "Header mismatch: the Mcp-Method header is required",
+            ))
+        }
+        Err(()) => {
+            return Err(bad(
+                code::HEADER_MISMATCH,
+                "Header mismatch: the Mcp-Method header value is not valid",
+            ))
+        }
+    }
+    if let Some(field) = input_capable(method) {
+        let body = params
+            .get(field)
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        match header_text(headers, "mcp-name") {
+            Ok(Some(n)) if n == body => {}
+            Ok(Some(n)) => return Err(bad(
+                code::HEADER_MISMATCH,
+                format!(
+                    "Header mismatch: Mcp-Name header value '{}' does not match body value '{}'",
+                    clip(&n),
+                    clip(body)
+                ),
+            )),
+            Ok(None) => {
+                return Err(bad(
+                    code::HEADER_MISMATCH,
+                    format!("Header mismatch: the Mcp-Name header is required for {method}"),
+                ))
+            }
+            Err(()) => {
+                return Err(bad(
+                    code::HEADER_MISMATCH,
+                    "Header mismatch: the Mcp-Name header value is not valid",
+                ))
+            }
+        }
+    }
+    let log_rank = match meta.get(META_LOG_LEVEL) {
+        None => None,
+        Some(l) => match l.as_str().and_then(level_rank) {
+            Some(r) => Some(r),
+            None => {
+                return Err(bad(
+                    code::INVALID_PARAMS,
+                    format!("params._meta[\"{META_LOG_LEVEL}\"] is not a logging level"),
+                ))
+            }
+        },
+    };
+    Ok(Declared {
+        capabilities,
+        log_rank,
+    })
+}
+
+/// At most 80 characters of a client-supplied string, for error messages.
+fn clip(s: &str) -> String {
+    s.chars().take(80).collect()
+}
+
+/// Serves one stateless-era message.
+pub(crate) async fn post(
+    app: Arc<App>,
+    principal: Principal,
+    headers: &HeaderMap,
+    m: Message,
+    accepts: Accepts,
+) -> HttpResponse {
+    let req = match m {
+        // The era defines no client notifications over HTTP; they are accepted and
+        // ignored. Responses have nothing to answer (there are no server requests).
+        Message::Notification(_) => return StatusCode::ACCEPTED.into_response(),
+        Message::Response(_) => {
+            return FrontError::Invalid(
+                "the 2026-07-28 protocol has no server→client requests to answer".into(),
+            )
+            .into_response()
+        }
+        Message::Request(r) => r,
+    };
+    let params: Map<String, Value> =
+        match req.params.as_deref().map(|p| serde_json::from_str(p.get())) {
+            None => Map::new(),
+            Some(Ok(Value::Object(p))) => p,
+            Some(_) => {
+                return answer(
+                    StatusCode::BAD_REQUEST,
+                    Some(req.id),
+                    &RpcError::new(code::INVALID_PARAMS, "params must be an object"),
+                )
+            }
+        };
+    let declared = match validate(headers, &req.method, &params) {
+        Ok(d) => d,
+        Err(Refusal(status, e)) => {
+            tracing::debug!(method = %clip(&req.method), code = e.code, "stateless request refused");
+            return answer(status, Some(req.id), &e);
+        }
+    };
+    if REMOVED.contains(&req.method.as_str()) {
+        return answer(
+            StatusCode::NOT_FOUND,
+            Some(req.id),
+            &RpcError::new(
+                code::METHOD_NOT_FOUND,
+                format!(
+                    "Method not found: {} does not exist in protocol 2026-07-28",
+                    req.method
+                ),
+            ),
+        );
+    }
+    if app.stopping.is_cancelled() {
+        return FrontError::Unavailable("Gantry is shutting down").into_response();
+    }
+    let internal = match internal_route(&app, principal.as_str()).await {
+        Ok(i) => i,
+        Err(e) => return e,
+    };
+    match req.method.as_str() {
+        "server/discover" => discover(&app, &internal, req.id),
+        "subscriptions/listen" => answer(
+            StatusCode::NOT_FOUND,
+            Some(req.id),
+            &RpcError::new(
+                code::METHOD_NOT_FOUND,
+                "Method not found: subscriptions/listen is not supported by this gateway yet",
+            ),
+        ),
+        _ => call(app, principal, internal, req, params, declared, accepts).await,
+    }
+}
+
+/// One principal's route to the backends for its stateless requests.
+pub(crate) struct Internal {
+    session: Arc<Session>,
+    /// What the backends declared (the answer to the route's `initialize`).
+    init: Value,
+}
+
+/// The capabilities Gantry declares to session-era backends on behalf of stateless
+/// clients: everything it can translate into `input_required`.
+fn translated_capabilities() -> Value {
+    json!({ "sampling": {}, "elicitation": {}, "roots": {} })
+}
+
+async fn internal_route(app: &Arc<App>, principal: &str) -> Result<Arc<Internal>, HttpResponse> {
+    for _ in 0..2 {
+        let cell: Arc<OnceCell<Arc<Internal>>> = app
+            .stateless
+            .entry(principal.to_owned())
+            .or_default()
+            .clone();
+        let got = cell
+            .get_or_try_init(|| open_internal(app, principal))
+            .await?
+            .clone();
+        if !got.session.cancel.is_cancelled() {
+            return Ok(got);
+        }
+        // Expired (idle) since: open a new one.
+        app.stateless
+            .remove_if(principal, |_, c| Arc::ptr_eq(c, &cell));
+    }
+    Err(FrontError::Unavailable("the backends are not available; try again").into_response())
+}
+
+async fn open_internal(app: &Arc<App>, principal: &str) -> Result<Arc<Internal>, HttpResponse> {
+    let session = app.sessions.create(principal, false).map_err(|_| {
+        FrontError::Unavailable("Too many sessions; try again later").into_response()
+    })?;
+    let init = ClientInit {
+        protocol_version: SESSION_VERSIONS[0].to_owned(),
+        capabilities: translated_capabilities(),
+        client_info: json!({ "name": "gantry", "title": "Gantry (stateless clients)", "version": env!("CARGO_PKG_VERSION") }),
+    };
+    let owner: Sink = Arc::new(InternalOwner);
+    match app
+        .router
+        .open_session(&init, principal, owner, &session.cancel)
+        .await
+    {
+        Ok((route, result)) => {
+            session.establish(SESSION_VERSIONS[0].to_owned(), init.capabilities, route);
+            tracing::info!(%principal, "stateless route opened");
+            Ok(Arc::new(Internal {
+                session,
+                init: result,
+            }))
+        }
+        Err(e) => {
+            app.sessions.end(&session.id).await;
+            Err(json_body(
+                StatusCode::SERVICE_UNAVAILABLE,
+                RpcError::new(code::BACKEND_ERROR, e.to_string()).to_null_id_response(),
+            ))
+        }
+    }
+}
+
+/// Receives backend traffic of a stateless route that no call claims. Server→client
+/// requests outside any call cannot reach a stateless client: refused at once.
+struct InternalOwner;
+
+impl Downstream for InternalOwner {
+    fn notify(&self, n: Notification) {
+        tracing::debug!(method = %n.method, "backend notification for stateless clients dropped (no listen stream)");
+    }
+
+    fn ask(&self, method: String, _: Option<Box<RawValue>>) -> BoxFuture<'static, ClientAnswer> {
+        Box::pin(async move {
+            Err(RpcError::new(
+                code::METHOD_NOT_FOUND,
+                format!(
+                    "{method}: a stateless-era client can only be asked within one of its requests"
+                ),
+            )
+            .to_raw())
+        })
+    }
+}
+
+fn server_info() -> Value {
+    json!({ "name": "gantry", "title": "Gantry MCP gateway", "version": env!("CARGO_PKG_VERSION") })
+}
+
+/// `cacheScope` of Gantry's answers: `private` as soon as callers are told apart
+/// (what a backend returns may depend on who asks).
+fn cache_scope(app: &App) -> &'static str {
+    if !app.auth.is_required() {
+        "public"
+    } else {
+        "private"
+    }
+}
+
+fn discover(app: &App, internal: &Internal, id: RequestId) -> HttpResponse {
+    let mut caps = internal
+        .init
+        .get("capabilities")
+        .cloned()
+        .unwrap_or_else(|| json!({}));
+    if let Some(c) = caps.as_object_mut() {
+        // Not served to stateless clients (yet): list changes and subscriptions need
+        // `subscriptions/listen`; logging is per request.
+        for kind in ["tools", "prompts", "resources"] {
+            if let Some(Value::Object(k)) = c.get_mut(kind) {
+                k.remove("listChanged");
+                k.remove("subscribe");
+            }
+        }
+        c.remove("tasks");
+    }
+    let mut result = json!({
+        "resultType": "complete",
+        "supportedVersions": all_versions(),
+        "capabilities": caps,
+        "_meta": { META_SERVER_INFO: server_info() },
+        "ttlMs": 0,
+        "cacheScope": cache_scope(app),
+    });
+    if let (Some(i), Some(obj)) = (internal.init.get("instructions"), result.as_object_mut()) {
+        obj.insert("instructions".into(), i.clone());
+    }
+    json_body(StatusCode::OK, Response::ok(id, to_raw(&result)).to_json())
+}
+
+/// Backend traffic of one stateless call, for its HTTP handler.
+enum Up {
+    Note(Notification),
+    Ask(Ask),
+    /// The backend needs a capability the client did not declare.
+    Missing(&'static str),
+}
+
+/// The [`Downstream`] of one stateless call.
+struct CallSink {
+    tx: mpsc::Sender<Up>,
+    capabilities: Value,
+    log_rank: Option<u8>,
+    cancel: CancellationToken,
+}
+
+impl Downstream for CallSink {
+    fn notify(&self, n: Notification) {
+        let wanted = match n.method.as_str() {
+            "notifications/progress" => true,
+            "notifications/message" => self.log_rank.is_some_and(|min| {
+                crate::jsonrpc::string_field(n.params.as_deref(), "level")
+                    .and_then(|l| level_rank(&l))
+                    .is_some_and(|r| r >= min)
+            }),
+            _ => false,
+        };
+        if wanted && self.tx.try_send(Up::Note(n)).is_err() {
+            tracing::debug!("stateless call: notification dropped (client not reading)");
+        }
+    }
+
+    fn ask(
+        &self,
+        method: String,
+        params: Option<Box<RawValue>>,
+    ) -> BoxFuture<'static, ClientAnswer> {
+        let tx = self.tx.clone();
+        let cancel = self.cancel.clone();
+        let missing = crate::session::required_capability(&method)
+            .filter(|cap| self.capabilities.get(*cap).is_none());
+        Box::pin(async move {
+            let gone = || {
+                Err(RpcError::new(code::INTERNAL_ERROR, "the client request has ended").to_raw())
+            };
+            if let Some(cap) = missing {
+                let _ = tx.try_send(Up::Missing(cap));
+                return Err(RpcError::new(
+                    code::METHOD_NOT_FOUND,
+                    format!("the client did not declare the `{cap}` capability"),
+                )
+                .to_raw());
+            }
+            let (reply, rx) = oneshot::channel();
+            if tx
+                .send(Up::Ask(Ask {
+                    method,
+                    params,
+                    reply,
+                }))
+                .await
+                .is_err()
+            {
+                return gone();
+            }
+            tokio::select! {
+                r = rx => r.unwrap_or_else(|_| gone()),
+                _ = cancel.cancelled() => gone(),
+            }
+        })
+    }
+}
+
+/// A stateless call in progress. Dropping it cancels the call upstream (the client
+/// closed its stream, or its parked call expired).
+pub(crate) struct Running {
+    done: oneshot::Receiver<Option<Response>>,
+    up: mpsc::Receiver<Up>,
+    cancel: CancellationToken,
+    /// Input requests asked so far (names the keys).
+    asked: u64,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+    }
+}
+
+/// Params of a stateless request as a session-era backend expects them: without
+/// `inputResponses` / `requestState` and without `io.modelcontextprotocol/` `_meta`.
+fn for_session_backend(mut params: Map<String, Value>) -> Option<Box<RawValue>> {
+    params.remove("inputResponses");
+    params.remove("requestState");
+    if let Some(Value::Object(meta)) = params.get_mut("_meta") {
+        meta.retain(|k, _| !k.starts_with(META_PREFIX));
+        if meta.is_empty() {
+            params.remove("_meta");
+        }
+    }
+    Some(to_raw(&params))
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn call(
+    app: Arc<App>,
+    principal: Principal,
+    internal: Arc<Internal>,
+    req: Request,
+    params: Map<String, Value>,
+    declared: Declared,
+    accepts: Accepts,
+) -> HttpResponse {
+    let method = req.method.clone();
+    let binding = input_capable(&method).map(|field| Binding {
+        principal: principal.as_str().to_owned(),
+        method: method.clone(),
+        name: params
+            .get(field)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned(),
+    });
+    let state = params
+        .get("requestState")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    if let (Some(state), Some(binding)) = (state, &binding) {
+        return resume(
+            app,
+            req.id,
+            &method,
+            binding.clone(),
+            state,
+            &params,
+            declared,
+            accepts,
+        )
+        .await;
+    }
+    let session = internal.session.clone();
+    let upstream = Request {
+        id: req.id.clone(),
+        method: req.method,
+        params: for_session_backend(params),
+    };
+    let guard = session.track(&upstream.id);
+    let cancel = guard.token();
+    let (tx, up) = mpsc::channel(64);
+    let sink: Sink = Arc::new(CallSink {
+        tx,
+        capabilities: declared.capabilities,
+        log_rank: declared.log_rank,
+        cancel: cancel.clone(),
+    });
+    let (done_tx, done) = oneshot::channel();
+    let task_app = app.clone();
+    tokio::spawn(async move {
+        let r = run_tracked(&task_app, &session, upstream, sink, guard).await;
+        let _ = done_tx.send(r);
+    });
+    let running = Running {
+        done,
+        up,
+        cancel,
+        asked: 0,
+    };
+    drive(app, running, req.id, method, binding, accepts).await
+}
+
+/// A retry with `inputResponses`: the parked call gets its answers and goes on.
+#[allow(clippy::too_many_arguments)]
+async fn resume(
+    app: Arc<App>,
+    id: RequestId,
+    method: &str,
+    binding: Binding,
+    state: String,
+    params: &Map<String, Value>,
+    _declared: Declared,
+    accepts: Accepts,
+) -> HttpResponse {
+    let responses = match params.get("inputResponses") {
+        Some(Value::Object(r)) if r.values().all(Value::is_object) => r.clone(),
+        _ => {
+            return answer(
+                StatusCode::OK,
+                Some(id),
+                &RpcError::new(
+                    code::INVALID_PARAMS,
+                    "inputResponses must be an object mapping each input request's key to its result object",
+                ),
+            )
+        }
+    };
+    let mut parked = match app.mrtr.redeem(&state, &binding) {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::info!(principal = %binding.principal, error = %e, "stateless retry refused");
+            let e: &StateError = &e;
+            return answer(
+                StatusCode::OK,
+                Some(id),
+                &RpcError::new(code::INVALID_PARAMS, e.to_string()),
+            );
+        }
+    };
+    let mut open = IndexMap::new();
+    for (key, ask) in parked.asks.drain(..) {
+        match responses.get(&key) {
+            Some(v) => {
+                let _ = ask.reply.send(Ok(to_raw(v)));
+            }
+            None => {
+                open.insert(key, ask);
+            }
+        }
+    }
+    let running = parked.call;
+    if !open.is_empty() {
+        // Some answers are missing: ask again for those.
+        let (status, body) = park(&app, running, open, binding, id);
+        return json_body(status, body);
+    }
+    drive(app, running, id, method.to_owned(), Some(binding), accepts).await
+}
+
+/// How long Gantry waits for more input requests after the first, so that requests
+/// a backend sends together reach the client in one `input_required`.
+const ASK_GATHER: Duration = Duration::from_millis(20);
+
+/// Waits for the call's next step and answers the client: its result, an
+/// `input_required` (the call parked), or an SSE stream when the call sends progress
+/// or logs first.
+async fn drive(
+    app: Arc<App>,
+    mut running: Running,
+    id: RequestId,
+    method: String,
+    binding: Option<Binding>,
+    accepts: Accepts,
+) -> HttpResponse {
+    loop {
+        let up = tokio::select! {
+            r = &mut running.done => return complete(&app, &method, id, r.ok().flatten()),
+            up = running.up.recv() => up,
+        };
+        match up {
+            None => {
+                // The sink is gone: only the result can come now.
+                let r = (&mut running.done).await.ok().flatten();
+                return complete(&app, &method, id, r);
+            }
+            Some(Up::Note(n)) => {
+                if accepts.sse {
+                    return stream(app, running, id, method, binding, n);
+                }
+            }
+            Some(Up::Ask(first)) => {
+                let asks = gather(&mut running, first).await;
+                let (status, body) = step(&app, running, asks, id, &method, binding);
+                return json_body(status, body);
+            }
+            Some(Up::Missing(cap)) => {
+                let (status, body) = stuck(id, &method, Some(cap));
+                return json_body(status, body);
+            }
+        }
+    }
+}
+
+/// The first input request plus any others that follow within [`ASK_GATHER`], keyed.
+async fn gather(running: &mut Running, first: Ask) -> IndexMap<String, Ask> {
+    let mut asks = IndexMap::new();
+    let mut next = Some(first);
+    let deadline = tokio::time::Instant::now() + ASK_GATHER;
+    while let Some(ask) = next.take() {
+        running.asked += 1;
+        let kind = match ask.method.as_str() {
+            "sampling/createMessage" => "sampling",
+            "elicitation/create" => "elicitation",
+            "roots/list" => "roots",
+            _ => "input",
+        };
+        asks.insert(format!("{kind}-{}", running.asked), ask);
+        if asks.len() >= 16 {
+            break;
+        }
+        if let Ok(Some(Up::Ask(a))) = tokio::time::timeout_at(deadline, running.up.recv()).await {
+            next = Some(a);
+        }
+    }
+    asks
+}
+
+fn input_requests(asks: &IndexMap<String, Ask>) -> Map<String, Value> {
+    let mut requests = Map::new();
+    for (key, ask) in asks {
+        let mut r = json!({ "method": ask.method });
+        if let (Some(p), Some(obj)) = (&ask.params, r.as_object_mut()) {
+            if let Ok(v) = serde_json::from_str::<Value>(p.get()) {
+                obj.insert("params".into(), v);
+            }
+        }
+        requests.insert(key.clone(), r);
+    }
+    requests
+}
+
+/// Parks the call and builds the `input_required` answer naming its open requests.
+fn park(
+    app: &App,
+    running: Running,
+    asks: IndexMap<String, Ask>,
+    binding: Binding,
+    id: RequestId,
+) -> (StatusCode, String) {
+    let requests = input_requests(&asks);
+    match app.mrtr.park(running, asks, binding) {
+        Ok(state) => {
+            let body = json!({
+                "resultType": "input_required",
+                "inputRequests": requests,
+                "requestState": state,
+                "_meta": { META_SERVER_INFO: server_info() },
+            });
+            (StatusCode::OK, Response::ok(id, to_raw(&body)).to_json())
+        }
+        Err((e, running)) => {
+            drop(running);
+            let e = RpcError::new(code::INTERNAL_ERROR, e.to_string());
+            (StatusCode::OK, Response::err(Some(id), &e).to_json())
+        }
+    }
+}
+
+/// The call cannot continue: the backend asked for input during a request that
+/// cannot return `input_required`, or the client lacks the capability it needs.
+fn stuck(id: RequestId, method: &str, missing: Option<&str>) -> (StatusCode, String) {
+    let (status, e) = match missing {
+        Some(cap) => {
+            let mut required = Map::new();
+            required.insert(cap.to_owned(), json!({}));
+            (
+                StatusCode::BAD_REQUEST,
+                RpcError::new(
+                    code::MISSING_CLIENT_CAPABILITY,
+                    format!("Missing required client capability: {cap}"),
+                )
+                .with_data(json!({ "requiredCapabilities": required })),
+            )
+        }
+        None => (
+            StatusCode::OK,
+            RpcError::new(
+                code::INTERNAL_ERROR,
+                format!("the backend asked the client for input during {method}, which cannot return input_required"),
+            ),
+        ),
+    };
+    (status, Response::err(Some(id), &e).to_json())
+}
+
+/// The next step of a call that is not a notification, as the client's answer.
+fn step(
+    app: &App,
+    running: Running,
+    asks: IndexMap<String, Ask>,
+    id: RequestId,
+    method: &str,
+    binding: Option<Binding>,
+) -> (StatusCode, String) {
+    match binding {
+        Some(b) => park(app, running, asks, b, id),
+        None => stuck(id, method, None),
+    }
+}
+
+/// Shapes a backend's final answer for a stateless client.
+fn final_message(
+    app: &App,
+    method: &str,
+    id: RequestId,
+    r: Option<Response>,
+) -> (StatusCode, String) {
+    let Some(r) = r else {
+        let e = RpcError::new(code::INTERNAL_ERROR, "the request was cancelled");
+        return (StatusCode::OK, Response::err(Some(id), &e).to_json());
+    };
+    match r.outcome {
+        Ok(result) => {
+            let mut obj: Map<String, Value> =
+                serde_json::from_str(result.get()).unwrap_or_default();
+            obj.entry("resultType").or_insert_with(|| json!("complete"));
+            let complete = obj.get("resultType") == Some(&json!("complete"));
+            if complete && CACHEABLE.contains(&method) {
+                obj.entry("ttlMs").or_insert_with(|| json!(0));
+                obj.entry("cacheScope")
+                    .or_insert_with(|| json!(cache_scope(app)));
+            }
+            let meta = obj.entry("_meta").or_insert_with(|| json!({}));
+            if let Some(meta) = meta.as_object_mut() {
+                meta.entry(META_SERVER_INFO).or_insert_with(server_info);
+            }
+            (StatusCode::OK, Response::ok(id, to_raw(&obj)).to_json())
+        }
+        Err(error) => {
+            let mut e: Map<String, Value> = serde_json::from_str(error.get()).unwrap_or_default();
+            let code_of = e
+                .get("code")
+                .and_then(Value::as_i64)
+                .unwrap_or(code::INTERNAL_ERROR);
+            if code_of == code::RESOURCE_NOT_FOUND {
+                // 2026-07-28: a missing resource is invalid params, naming the URI.
+                e.insert("code".into(), json!(code::INVALID_PARAMS));
+            }
+            let status = match e.get("code").and_then(Value::as_i64) {
+                Some(code::METHOD_NOT_FOUND) => StatusCode::NOT_FOUND,
+                Some(
+                    code::HEADER_MISMATCH
+                    | code::MISSING_CLIENT_CAPABILITY
+                    | code::UNSUPPORTED_PROTOCOL_VERSION,
+                ) => StatusCode::BAD_REQUEST,
+                _ => StatusCode::OK,
+            };
+            let raw = to_raw(&e);
+            (
+                status,
+                Response {
+                    id: Some(id),
+                    outcome: Err(raw),
+                }
+                .to_json(),
+            )
+        }
+    }
+}
+
+fn complete(app: &App, method: &str, id: RequestId, r: Option<Response>) -> HttpResponse {
+    let (status, body) = final_message(app, method, id, r);
+    json_body(status, body)
+}
+
+/// Streams the rest of a call as SSE: its notifications, then its result (or an
+/// `input_required`). The client closing the stream cancels the call.
+fn stream(
+    app: Arc<App>,
+    mut running: Running,
+    id: RequestId,
+    method: String,
+    binding: Option<Binding>,
+    first: Notification,
+) -> HttpResponse {
+    let (tx, rx) = mpsc::channel::<bytes::Bytes>(64);
+    let event = |json: String| bytes::Bytes::from(crate::sse::message_event(None, &json));
+    tokio::spawn(async move {
+        if tx.send(event(first.to_json())).await.is_err() {
+            return;
+        }
+        loop {
+            let up = tokio::select! {
+                r = &mut running.done => {
+                    let (_, body) = final_message(&app, &method, id, r.ok().flatten());
+                    let _ = tx.send(event(body)).await;
+                    return;
+                }
+                up = running.up.recv() => up,
+                // The client went away: dropping `running` cancels the call.
+                _ = tx.closed() => return,
+            };
+            let out = match up {
+                None => {
+                    let r = (&mut running.done).await.ok().flatten();
+                    let (_, body) = final_message(&app, &method, id, r);
+                    let _ = tx.send(event(body)).await;
+                    return;
+                }
+                Some(Up::Note(n)) => n.to_json(),
+                Some(Up::Ask(first)) => {
+                    let asks = gather(&mut running, first).await;
+                    let (_, body) = step(&app, running, asks, id, &method, binding);
+                    let _ = tx.send(event(body)).await;
+                    return;
+                }
+                Some(Up::Missing(cap)) => {
+                    let (_, body) = stuck(id, &method, Some(cap));
+                    let _ = tx.send(event(body)).await;
+                    return;
+                }
+            };
+            if tx.send(event(out)).await.is_err() {
+                return;
+            }
+        }
+    });
+    let body = Body::from_stream(
+        tokio_stream::wrappers::ReceiverStream::new(rx).map(Ok::<_, std::convert::Infallible>),
+    );
+    with_sse_headers(HttpResponse::new(body))
+}
+
+use futures::StreamExt as _;
