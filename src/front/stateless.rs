@@ -253,14 +253,16 @@ fn validate(
             .unwrap_or_default();
         match header_text(headers, "mcp-name") {
             Ok(Some(n)) if n == body => {}
-            Ok(Some(n)) => return Err(bad(
-                code::HEADER_MISMATCH,
-                format!(
+            Ok(Some(n)) => {
+                return Err(bad(
+                    code::HEADER_MISMATCH,
+                    format!(
                     "Header mismatch: Mcp-Name header value '{}' does not match body value '{}'",
                     clip(&n),
                     clip(body)
                 ),
-            )),
+                ))
+            }
             Ok(None) => {
                 return Err(bad(
                     code::HEADER_MISMATCH,
