@@ -701,3 +701,157 @@ async fn closing_the_response_stream_cancels_the_call_upstream() {
     assert!(metric_until(&g, "gantry_calls_in_flight", |v| v == 0.0).await);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// An open `subscriptions/listen` stream, read event by event.
+struct Listen {
+    resp: reqwest::Response,
+    parser: gantry::sse::Parser,
+    ready: std::collections::VecDeque<Value>,
+}
+
+impl Listen {
+    async fn open(c: &Stateless, id: Value, notifications: Value) -> Self {
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": "subscriptions/listen",
+                          "params": {"notifications": notifications, "_meta": meta(json!({}))}});
+        let resp = c
+            .http
+            .post(&c.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", V)
+            .header("mcp-method", "subscriptions/listen")
+            .timeout(Duration::from_secs(300))
+            .body(body.to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        let ct = resp.headers()["content-type"].to_str().unwrap().to_owned();
+        assert!(ct.starts_with("text/event-stream"), "{ct}");
+        Self {
+            resp,
+            parser: gantry::sse::Parser::new(1 << 20),
+            ready: Default::default(),
+        }
+    }
+
+    /// The next message, or `None` if none arrives within `within`.
+    async fn next(&mut self, within: Duration) -> Option<Value> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            if let Some(m) = self.ready.pop_front() {
+                return Some(m);
+            }
+            let chunk = tokio::time::timeout_at(deadline, self.resp.chunk())
+                .await
+                .ok()?
+                .unwrap()?;
+            for e in self.parser.feed(&chunk).unwrap() {
+                if !e.data.trim().is_empty() {
+                    self.ready.push_back(serde_json::from_str(&e.data).unwrap());
+                }
+            }
+        }
+    }
+}
+
+fn mb_gantry(record: Option<&PathBuf>) -> Gantry {
+    let env = record
+        .map(|r| format!("env = {{ MB_RECORD = {:?} }}, ", r.to_str().unwrap()))
+        .unwrap_or_default();
+    Gantry::with_config(&format!(
+        "[[backends]]\nname = \"mb\"\n\
+         stdio = {{ {env}command = \"python3\", args = [{:?}] }}\n",
+        fixture("misbehaving_server.py").to_str().unwrap()
+    ))
+}
+
+#[tokio::test]
+async fn listen_streams_get_only_the_list_changes_they_asked_for() {
+    let g = mb_gantry(None);
+    let c = Stateless::new(&g);
+    let mut tools = Listen::open(&c, json!(41), json!({"toolsListChanged": true})).await;
+    let mut prompts = Listen::open(&c, json!("p"), json!({"promptsListChanged": true})).await;
+
+    // The acknowledgement comes first and names what is honoured.
+    let ack = tools.next(PROMPT).await.expect("no acknowledgement");
+    assert_eq!(
+        ack["method"], "notifications/subscriptions/acknowledged",
+        "{ack}"
+    );
+    assert_eq!(
+        ack["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        41
+    );
+    assert_eq!(
+        ack["params"]["notifications"],
+        json!({"toolsListChanged": true})
+    );
+    let ack = prompts.next(PROMPT).await.expect("no acknowledgement");
+    // The backend has no prompts: nothing of that request is honoured.
+    assert_eq!(ack["params"]["notifications"], json!({}), "{ack}");
+    assert_eq!(
+        ack["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        "p"
+    );
+
+    let r = c.call(json!(1), "change", json!({}), json!({})).await;
+    assert_eq!(
+        text_of(&the_response(&r, &json!(1))),
+        "changed",
+        "{}",
+        r.raw
+    );
+    let n = tools
+        .next(PROMPT)
+        .await
+        .expect("no list_changed on the listen stream");
+    assert_eq!(n["method"], "notifications/tools/list_changed", "{n}");
+    assert_eq!(
+        n["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], 41,
+        "{n}"
+    );
+    assert!(n.get("id").is_none(), "{n}");
+    assert_eq!(prompts.next(Duration::from_millis(500)).await, None);
+
+    // A closed stream is gone from the gateway: its route is no longer busy with it.
+    drop(tools);
+    drop(prompts);
+    assert!(metric_until(&g, "gantry_calls_in_flight", |v| v == 0.0).await);
+}
+
+#[tokio::test]
+async fn listen_streams_share_resource_subscriptions_upstream() {
+    let g = Gantry::example_stdio();
+    let c = Stateless::new(&g);
+    let uri = "test://watched-resource";
+    let want = json!({"resourceSubscriptions": [uri]});
+    let mut a = Listen::open(&c, json!(1), want.clone()).await;
+    let mut b = Listen::open(&c, json!(2), want.clone()).await;
+    for s in [&mut a, &mut b] {
+        let ack = s.next(PROMPT).await.unwrap();
+        assert_eq!(ack["params"]["notifications"], want, "{ack}");
+    }
+    let update = |m: &Option<Value>, id: i64| {
+        let m = m.as_ref().expect("no update");
+        assert_eq!(m["method"], "notifications/resources/updated", "{m}");
+        assert_eq!(m["params"]["uri"], uri, "{m}");
+        assert_eq!(
+            m["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], id,
+            "{m}"
+        );
+    };
+    update(&a.next(PROMPT).await, 1);
+    update(&b.next(PROMPT).await, 2);
+    // Closing one stream leaves the other's subscription in place upstream.
+    drop(a);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for _ in 0..3 {
+        update(&b.next(PROMPT).await, 2);
+    }
+    drop(b);
+    // And after both closed, a new stream subscribes again.
+    let mut c2 = Listen::open(&c, json!(3), want.clone()).await;
+    assert!(c2.next(PROMPT).await.is_some());
+    update(&c2.next(PROMPT).await, 3);
+}
