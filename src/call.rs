@@ -37,4 +37,19 @@ pub struct CallCtx {
     pub sink: Sink,
     /// Cancelled when the client cancels the request or its session ends.
     pub cancel: CancellationToken,
+    /// Who is asking, as a stateless-era backend must be told on every request.
+    pub client: ClientView,
+}
+
+/// What a backend of the stateless era needs to know about the client with each
+/// request (session-era backends learned it once, at `initialize`).
+#[derive(Clone, Default)]
+pub struct ClientView {
+    /// The client's capabilities (`None`: Gantry's own request, declares none).
+    pub capabilities: Option<Arc<serde_json::Value>>,
+    /// The least severe log level the client wants (`None`: no log messages).
+    pub log_level: Option<&'static str>,
+    /// The client speaks the stateless era: an `input_required` result is relayed to
+    /// it as is. A session-era client gets it translated into server→client requests.
+    pub stateless: bool,
 }

@@ -195,6 +195,12 @@ pub struct BackendConfig {
     /// `per-user` (one connection per principal).
     #[serde(default)]
     pub session_mode: SessionMode,
+    /// Which protocol era the backend speaks: `auto` (default: probe with
+    /// `server/discover`, fall back to `initialize`; the answer is remembered for the
+    /// backend's later connections), `session` (initialize only, never probed) or
+    /// `stateless` (2026-07-28 only).
+    #[serde(default)]
+    pub era: Era,
     /// Client capabilities Gantry declares to a `shared` or `per-user` backend
     /// (e.g. `{ roots = {} }`). Default `{}`: such a backend is not offered sampling,
     /// elicitation or roots, since its requests cannot always be attributed to one
@@ -271,6 +277,19 @@ pub enum SessionMode {
     Shared,
     /// One backend connection per authenticated principal, shared by its sessions.
     PerUser,
+}
+
+/// The protocol era of a backend.
+#[derive(Debug, Deserialize, Clone, Copy, PartialEq, Eq, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum Era {
+    /// Detect at connect: `server/discover`, falling back to `initialize`.
+    #[default]
+    Auto,
+    /// Session era (`initialize`, 2024-11-05 … 2025-11-25).
+    Session,
+    /// Stateless era (2026-07-28: per-request `_meta`, no session).
+    Stateless,
 }
 
 /// Restart policy of a crashed backend.
@@ -686,6 +705,7 @@ pub fn stdio_backend(name: &str, command_line: &str) -> Result<BackendConfig, St
         init_timeout: default_init_timeout(),
         max_message_bytes: default_max_message_bytes(),
         session_mode: SessionMode::default(),
+        era: Era::default(),
         client_capabilities: empty_table(),
         restart: RestartConfig::default(),
         pool: PoolConfig::default(),
@@ -705,6 +725,7 @@ pub fn http_backend(name: &str, url: &str) -> BackendConfig {
         init_timeout: default_init_timeout(),
         max_message_bytes: default_max_message_bytes(),
         session_mode: SessionMode::default(),
+        era: Era::default(),
         client_capabilities: empty_table(),
         restart: RestartConfig::default(),
         pool: PoolConfig::default(),

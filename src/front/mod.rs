@@ -607,10 +607,25 @@ pub(crate) async fn run_tracked(
     sink: Sink,
     guard: crate::session::InflightGuard,
 ) -> Option<Response> {
+    let client = session.client_view();
+    run_tracked_as(app, session, req, sink, guard, client).await
+}
+
+/// Like [`run_tracked`], on behalf of `client` (a stateless-era client on its
+/// principal's internal session).
+pub(crate) async fn run_tracked_as(
+    app: &App,
+    session: &Arc<Session>,
+    req: Request,
+    sink: Sink,
+    guard: crate::session::InflightGuard,
+    client: crate::call::ClientView,
+) -> Option<Response> {
     let _call = app.call_guard();
     let ctx = CallCtx {
         sink,
         cancel: guard.token(),
+        client,
     };
     let Some(route) = session.route() else {
         return Some(Response::err(

@@ -200,6 +200,65 @@ impl<C> Mrtr<C> {
         }
     }
 
+    /// Wraps a stateless-era backend's own `requestState` so that only this caller
+    /// can return it, for this call, before the expiry: `g2.<state>.<expiry>.<mac>`.
+    pub fn seal_foreign(&self, state: &str, binding: &Binding) -> String {
+        let ttl_ms = u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX);
+        let expires_ms = now_ms().saturating_add(ttl_ms);
+        let inner = URL_SAFE_NO_PAD.encode(state.as_bytes());
+        let mac = URL_SAFE_NO_PAD.encode(self.mac_foreign(&inner, expires_ms, binding));
+        format!("g2.{inner}.{expires_ms}.{mac}")
+    }
+
+    fn mac_foreign(&self, inner: &str, expires_ms: u64, b: &Binding) -> Vec<u8> {
+        let Ok(mut m) = <Hmac<Sha256> as KeyInit>::new_from_slice(&self.key) else {
+            return Vec::new();
+        };
+        for part in [
+            b"foreign".as_slice(),
+            inner.as_bytes(),
+            expires_ms.to_string().as_bytes(),
+            b.principal.as_bytes(),
+            b.method.as_bytes(),
+            b.name.as_bytes(),
+        ] {
+            m.update(&(part.len() as u64).to_be_bytes());
+            m.update(part);
+        }
+        m.finalize().into_bytes().to_vec()
+    }
+
+    /// The backend's `requestState` inside a `g2.` state, if genuine, unexpired and
+    /// for `binding`.
+    pub fn open_foreign(&self, state: &str, binding: &Binding) -> Result<String, StateError> {
+        let mut parts = state.split('.');
+        let (Some("g2"), Some(inner), Some(exp), Some(mac), None) = (
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next(),
+        ) else {
+            return Err(StateError::Invalid);
+        };
+        let (Ok(expires_ms), Ok(mac)) = (exp.parse::<u64>(), URL_SAFE_NO_PAD.decode(mac)) else {
+            return Err(StateError::Invalid);
+        };
+        let expected = self.mac_foreign(inner, expires_ms, binding);
+        if expected.is_empty()
+            || !bool::from(subtle::ConstantTimeEq::ct_eq(&expected[..], &mac[..]))
+        {
+            return Err(StateError::Invalid);
+        }
+        if now_ms() > expires_ms {
+            return Err(StateError::Expired);
+        }
+        let bytes = URL_SAFE_NO_PAD
+            .decode(inner)
+            .map_err(|_| StateError::Invalid)?;
+        String::from_utf8(bytes).map_err(|_| StateError::Invalid)
+    }
+
     /// Drops every parked call past its expiry (cancelling it). Returns how many.
     pub fn sweep(&self) -> usize {
         let now = now_ms();
@@ -281,6 +340,29 @@ mod tests {
             );
         }
         assert_eq!(m.len(), 1);
+    }
+
+    #[test]
+    fn foreign_states_round_trip_for_their_owner_only() {
+        let m: Mrtr<u32> = Mrtr::new(Duration::from_secs(60));
+        let sealed = m.seal_foreign("backend.state-1", &binding("alice"));
+        assert_eq!(
+            m.open_foreign(&sealed, &binding("alice")).as_deref(),
+            Ok("backend.state-1")
+        );
+        assert_eq!(
+            m.open_foreign(&sealed, &binding("bob")),
+            Err(StateError::Invalid)
+        );
+        let tampered = format!("{sealed}-TAMPERED");
+        assert_eq!(
+            m.open_foreign(&tampered, &binding("alice")),
+            Err(StateError::Invalid)
+        );
+        assert_eq!(
+            m.redeem(&sealed, &binding("alice")).err(),
+            Some(StateError::Invalid)
+        );
     }
 
     #[test]

@@ -23,7 +23,7 @@
 //! - the client closing its response stream cancels the call upstream.
 
 use super::mrtr::{Ask, Binding, StateError};
-use super::{run_tracked, with_sse_headers, Accepts, App, FrontError};
+use super::{run_tracked_as, with_sse_headers, Accepts, App, FrontError};
 use crate::auth::Principal;
 use crate::call::{ClientAnswer, Downstream, Sink};
 use crate::jsonrpc::{code, to_raw, Message, Notification, Request, RequestId, Response, RpcError};
@@ -592,20 +592,6 @@ impl Drop for Running {
     }
 }
 
-/// Params of a stateless request as a session-era backend expects them: without
-/// `inputResponses` / `requestState` and without `io.modelcontextprotocol/` `_meta`.
-fn for_session_backend(mut params: Map<String, Value>) -> Option<Box<RawValue>> {
-    params.remove("inputResponses");
-    params.remove("requestState");
-    if let Some(Value::Object(meta)) = params.get_mut("_meta") {
-        meta.retain(|k, _| !k.starts_with(META_PREFIX));
-        if meta.is_empty() {
-            params.remove("_meta");
-        }
-    }
-    Some(to_raw(&params))
-}
-
 #[allow(clippy::too_many_arguments)]
 async fn call(
     app: Arc<App>,
@@ -626,28 +612,55 @@ async fn call(
             .unwrap_or_default()
             .to_owned(),
     });
+    let mut params = params;
     let state = params
         .get("requestState")
         .and_then(Value::as_str)
         .map(str::to_owned);
     if let (Some(state), Some(binding)) = (state, &binding) {
-        return resume(
-            app,
-            req.id,
-            &method,
-            binding.clone(),
-            state,
-            &params,
-            declared,
-            accepts,
-        )
-        .await;
+        if state.starts_with("g2.") {
+            // A stateless-era backend's own state, wrapped by Gantry: unwrapped for it.
+            match app.mrtr.open_foreign(&state, binding) {
+                Ok(inner) => {
+                    params.insert("requestState".into(), Value::String(inner));
+                }
+                Err(e) => {
+                    tracing::info!(principal = %binding.principal, error = %e, "stateless retry refused");
+                    return answer(
+                        StatusCode::OK,
+                        Some(req.id),
+                        &RpcError::new(code::INVALID_PARAMS, e.to_string()),
+                    );
+                }
+            }
+        } else {
+            return resume(
+                app,
+                req.id,
+                &method,
+                binding.clone(),
+                state,
+                &params,
+                declared,
+                accepts,
+            )
+            .await;
+        }
     }
     let session = internal.session.clone();
+    let client = crate::call::ClientView {
+        capabilities: Some(Arc::new(declared.capabilities.clone())),
+        log_level: declared
+            .log_rank
+            .and_then(|r| crate::router::LOG_LEVELS.get(usize::from(r)).copied()),
+        stateless: true,
+    };
+    // Modern `_meta` keys, `inputResponses` and `requestState` travel on: a
+    // stateless-era backend needs them, and they are removed for session-era ones.
     let upstream = Request {
         id: req.id.clone(),
         method: req.method,
-        params: for_session_backend(params),
+        params: Some(to_raw(&params)),
     };
     let guard = session.track(&upstream.id);
     let cancel = guard.token();
@@ -661,7 +674,7 @@ async fn call(
     let (done_tx, done) = oneshot::channel();
     let task_app = app.clone();
     tokio::spawn(async move {
-        let r = run_tracked(&task_app, &session, upstream, sink, guard).await;
+        let r = run_tracked_as(&task_app, &session, upstream, sink, guard, client).await;
         let _ = done_tx.send(r);
     });
     let running = Running {
@@ -747,14 +760,14 @@ async fn drive(
 ) -> HttpResponse {
     loop {
         let up = tokio::select! {
-            r = &mut running.done => return complete(&app, &method, id, r.ok().flatten()),
+            r = &mut running.done => return complete(&app, &method, binding.as_ref(), id, r.ok().flatten()),
             up = running.up.recv() => up,
         };
         match up {
             None => {
                 // The sink is gone: only the result can come now.
                 let r = (&mut running.done).await.ok().flatten();
-                return complete(&app, &method, id, r);
+                return complete(&app, &method, binding.as_ref(), id, r);
             }
             Some(Up::Note(n)) => {
                 if accepts.sse {
@@ -885,6 +898,7 @@ fn step(
 fn final_message(
     app: &App,
     method: &str,
+    binding: Option<&Binding>,
     id: RequestId,
     r: Option<Response>,
 ) -> (StatusCode, String) {
@@ -898,6 +912,17 @@ fn final_message(
                 serde_json::from_str(result.get()).unwrap_or_default();
             obj.entry("resultType").or_insert_with(|| json!("complete"));
             let complete = obj.get("resultType") == Some(&json!("complete"));
+            if obj.get("resultType") == Some(&json!("input_required")) {
+                // A stateless-era backend asks for input: its state goes to the client
+                // sealed, so only this caller can bring it back, for this call.
+                let Some(binding) = binding else {
+                    return stuck(id, method, None);
+                };
+                if let Some(Value::String(state)) = obj.get("requestState") {
+                    let sealed = app.mrtr.seal_foreign(state, binding);
+                    obj.insert("requestState".into(), Value::String(sealed));
+                }
+            }
             if complete && CACHEABLE.contains(&method) {
                 obj.entry("ttlMs").or_insert_with(|| json!(0));
                 obj.entry("cacheScope")
@@ -941,8 +966,14 @@ fn final_message(
     }
 }
 
-fn complete(app: &App, method: &str, id: RequestId, r: Option<Response>) -> HttpResponse {
-    let (status, body) = final_message(app, method, id, r);
+fn complete(
+    app: &App,
+    method: &str,
+    binding: Option<&Binding>,
+    id: RequestId,
+    r: Option<Response>,
+) -> HttpResponse {
+    let (status, body) = final_message(app, method, binding, id, r);
     json_body(status, body)
 }
 
@@ -965,7 +996,7 @@ fn stream(
         loop {
             let up = tokio::select! {
                 r = &mut running.done => {
-                    let (_, body) = final_message(&app, &method, id, r.ok().flatten());
+                    let (_, body) = final_message(&app, &method, binding.as_ref(), id, r.ok().flatten());
                     let _ = tx.send(event(body)).await;
                     return;
                 }
@@ -976,7 +1007,7 @@ fn stream(
             let out = match up {
                 None => {
                     let r = (&mut running.done).await.ok().flatten();
-                    let (_, body) = final_message(&app, &method, id, r);
+                    let (_, body) = final_message(&app, &method, binding.as_ref(), id, r);
                     let _ = tx.send(event(body)).await;
                     return;
                 }
@@ -1201,6 +1232,11 @@ async fn upstream_subscription(
     let ctx = crate::call::CallCtx {
         sink: internal.session.standalone_sink(),
         cancel: internal.session.cancel.child_token(),
+        client: crate::call::ClientView {
+            capabilities: None,
+            log_level: None,
+            stateless: true,
+        },
     };
     match app.router.dispatch(route, req, ctx).await {
         Some(Response { outcome: Ok(_), .. }) => Ok(()),

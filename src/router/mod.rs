@@ -226,6 +226,7 @@ impl SessionRoute {
                                 Arc::new(BackendStats::default()),
                             )),
                             cancel: CancellationToken::new(),
+                            client: crate::call::ClientView::default(),
                         };
                         let _ = conn.call(method, Some(to_raw(&params)), &ctx).await;
                     });
@@ -238,6 +239,15 @@ impl SessionRoute {
     /// Requests in flight on this session's backend connections.
     pub fn pending(&self) -> usize {
         self.conns.iter().flatten().map(|c| c.pending()).sum()
+    }
+
+    /// The least severe level the session wants (`debug` until it calls `setLevel`).
+    pub fn log_level(&self) -> &'static str {
+        let min = self.log_level.load(Ordering::Relaxed);
+        LOG_LEVELS
+            .get(usize::from(min))
+            .copied()
+            .unwrap_or(LOG_LEVELS[0])
     }
 
     /// Whether the session wants a log message of this level (by its `setLevel`).

@@ -56,7 +56,7 @@ pub struct Session {
     /// Served over the legacy 2024-11-05 HTTP+SSE transport.
     pub legacy: bool,
     version: OnceLock<String>,
-    capabilities: OnceLock<serde_json::Value>,
+    capabilities: OnceLock<Arc<serde_json::Value>>,
     route: OnceLock<SessionRoute>,
     /// The standalone stream (GET; for legacy sessions, the one SSE connection).
     pub standalone: Arc<EventStream>,
@@ -107,13 +107,22 @@ impl Session {
     /// Records the outcome of `initialize`: version, client capabilities, backends.
     pub fn establish(&self, version: String, capabilities: serde_json::Value, route: SessionRoute) {
         let _ = self.version.set(version);
-        let _ = self.capabilities.set(capabilities);
+        let _ = self.capabilities.set(Arc::new(capabilities));
         let _ = self.route.set(route);
     }
 
     /// The negotiated protocol version (`None` before initialize, legacy only).
     pub fn version(&self) -> Option<&str> {
         self.version.get().map(String::as_str)
+    }
+
+    /// The client as backends of the stateless era are told about it.
+    pub fn client_view(&self) -> crate::call::ClientView {
+        crate::call::ClientView {
+            capabilities: self.capabilities.get().cloned(),
+            log_level: self.route().map(SessionRoute::log_level),
+            stateless: false,
+        }
     }
 
     /// The per-session routing state (`None` before initialize, legacy only).

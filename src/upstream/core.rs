@@ -27,8 +27,12 @@ const MAX_UPSTREAM_ID: u64 = (1 << 53) - 1;
 pub struct InitInfo {
     /// The protocol version the backend agreed to.
     pub protocol_version: String,
-    /// The whole `initialize` result (capabilities, serverInfo, instructions …).
+    /// The whole `initialize` result (capabilities, serverInfo, instructions …); for
+    /// a stateless-era backend, the same shape built from its `server/discover`.
     pub result: serde_json::Value,
+    /// The backend speaks the stateless era (2026-07-28): every request carries the
+    /// client's `_meta`, there is no session.
+    pub stateless: bool,
 }
 
 impl InitInfo {
@@ -90,6 +94,8 @@ pub(crate) struct Core {
     pub started: std::time::Instant,
     /// The params of the `initialize` Gantry sends on every (re)start.
     pub init_params: Box<RawValue>,
+    /// Which era to speak (`auto`: probe).
+    pub era: crate::config::Era,
     pub request_timeout: Duration,
     pub init_timeout: Duration,
     pub max_message_bytes: usize,
@@ -99,6 +105,10 @@ pub(crate) struct Core {
     /// task itself (no hop through the writer task); other messages go through `out`.
     pub stdin: tokio::sync::Mutex<Option<StdinSlot>>,
     direct: bool,
+    /// Stateless-era backends: the resources clients subscribed to (the backend's
+    /// `subscriptions/listen` asks for their updates), and a nudge when they change.
+    listen_uris: Mutex<std::collections::BTreeSet<String>>,
+    listen_changed: tokio::sync::Notify,
 }
 
 /// The stdin of one incarnation of a stdio backend.
@@ -408,6 +418,8 @@ impl Core {
                     h.abort();
                 }
             }
+            // A stateless-era backend acknowledging Gantry's listen: nothing for clients.
+            "notifications/subscriptions/acknowledged" => {}
             "notifications/message" => match self.attribute(related).or_else(|| self.owner()) {
                 Some(sink) => sink.notify(n),
                 None => self.drop_unattributed("log message"),
@@ -495,6 +507,183 @@ fn parse_object(raw: Option<&RawValue>) -> Option<serde_json::Map<String, serde_
     serde_json::from_str(raw?.get()).ok()
 }
 
+/// How long a backend's `subscriptions/listen` may stay open before Gantry renews it.
+const LISTEN_RENEW: Duration = Duration::from_secs(24 * 3600);
+
+/// Keeps one `subscriptions/listen` open on a stateless-era backend while it is up:
+/// list changes it declares and updates of the resources clients subscribed to.
+/// What arrives on it goes to the connection's owner like any session-era
+/// notification. Reopened after a restart, when the subscribed resources change,
+/// and (after a pause) when the backend ends it.
+async fn keep_listening(core: Arc<Core>, shutdown: CancellationToken) {
+    let mut state = core.state.subscribe();
+    loop {
+        let ready = match &*state.borrow_and_update() {
+            State::Ready { gen, info } if info.stateless => Some((*gen, info.clone())),
+            State::Closed => return,
+            _ => None,
+        };
+        let Some((gen, info)) = ready else {
+            tokio::select! {
+                r = state.changed() => if r.is_err() { return },
+                _ = shutdown.cancelled() => return,
+            }
+            continue;
+        };
+        let caps = info.capabilities();
+        let on = |p: &str| caps.pointer(p) == Some(&serde_json::Value::Bool(true));
+        let uris: Vec<String> = if on("/resources/subscribe") {
+            lock(&core.listen_uris).iter().cloned().collect()
+        } else {
+            Vec::new()
+        };
+        let mut filter = serde_json::Map::new();
+        for (key, ptr) in [
+            ("toolsListChanged", "/tools/listChanged"),
+            ("promptsListChanged", "/prompts/listChanged"),
+            ("resourcesListChanged", "/resources/listChanged"),
+        ] {
+            if on(ptr) {
+                filter.insert(key.into(), serde_json::Value::Bool(true));
+            }
+        }
+        if !uris.is_empty() {
+            filter.insert("resourceSubscriptions".into(), serde_json::json!(uris));
+        }
+        if filter.is_empty() {
+            tokio::select! {
+                r = state.changed() => if r.is_err() { return },
+                _ = core.listen_changed.notified() => {}
+                _ = shutdown.cancelled() => return,
+            }
+            continue;
+        }
+        let params =
+            to_raw(&serde_json::json!({ "notifications": filter, "_meta": own_meta(&core) }));
+        let cancel = CancellationToken::new();
+        let listen = core.request(
+            gen,
+            "subscriptions/listen",
+            Some(params),
+            None,
+            &cancel,
+            LISTEN_RENEW,
+        );
+        tokio::select! {
+            r = listen => {
+                tracing::debug!(backend = %core.name, ended = ?r.as_ref().map(|_| ()), "backend listen stream ended");
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    _ = shutdown.cancelled() => return,
+                }
+            }
+            r = state.changed() => { cancel.cancel(); if r.is_err() { return } }
+            _ = core.listen_changed.notified() => cancel.cancel(),
+            _ = shutdown.cancelled() => { cancel.cancel(); return }
+        }
+    }
+}
+
+/// Rounds of `input_required` Gantry answers for a session-era client, per call.
+const MAX_INPUT_ROUNDS: usize = 16;
+const META_PREFIX: &str = "io.modelcontextprotocol/";
+
+/// Params for a session-era backend: nothing of the stateless era (its `_meta` keys,
+/// `inputResponses`, `requestState`). Params without them pass through untouched.
+fn for_session_era(params: Option<Box<RawValue>>) -> Option<Box<RawValue>> {
+    let raw = params?;
+    let text = raw.get();
+    if !(text.contains(META_PREFIX)
+        || text.contains("\"inputResponses\"")
+        || text.contains("\"requestState\""))
+    {
+        return Some(raw);
+    }
+    let Some(mut p) = parse_object(Some(&raw)) else {
+        return Some(raw);
+    };
+    p.remove("inputResponses");
+    p.remove("requestState");
+    if let Some(serde_json::Value::Object(meta)) = p.get_mut("_meta") {
+        meta.retain(|k, _| !k.starts_with(META_PREFIX));
+        if meta.is_empty() {
+            p.remove("_meta");
+        }
+    }
+    Some(to_raw(&p))
+}
+
+/// Params for a stateless-era backend: `_meta` says which version, and what the
+/// client can do and wants to hear.
+fn for_stateless_era(
+    params: Option<Box<RawValue>>,
+    client: &crate::call::ClientView,
+) -> serde_json::Map<String, serde_json::Value> {
+    let mut p = parse_object(params.as_deref()).unwrap_or_default();
+    let meta = p.entry("_meta").or_insert_with(|| serde_json::json!({}));
+    if let Some(m) = meta.as_object_mut() {
+        m.insert(
+            "io.modelcontextprotocol/protocolVersion".into(),
+            serde_json::json!(STATELESS_VERSION),
+        );
+        m.insert(
+            "io.modelcontextprotocol/clientCapabilities".into(),
+            client
+                .capabilities
+                .as_deref()
+                .cloned()
+                .unwrap_or_else(|| serde_json::json!({})),
+        );
+        match client.log_level {
+            Some(l) => {
+                m.insert(
+                    "io.modelcontextprotocol/logLevel".into(),
+                    serde_json::json!(l),
+                );
+            }
+            None => {
+                m.remove("io.modelcontextprotocol/logLevel");
+            }
+        }
+    }
+    p
+}
+
+/// One round of input a stateless-era backend asks for.
+struct InputRound {
+    /// (key, method, params) of each input request.
+    requests: Vec<(String, String, Option<Box<RawValue>>)>,
+    state: Option<serde_json::Value>,
+}
+
+/// The input requests of an `input_required` result, if `resp` is one.
+fn input_round(resp: &Response) -> Option<InputRound> {
+    let result = resp.outcome.as_ref().ok()?;
+    if !result.get().contains("input_required") {
+        return None;
+    }
+    let r = parse_object(Some(result))?;
+    if r.get("resultType")?.as_str()? != "input_required" {
+        return None;
+    }
+    let requests = r
+        .get("inputRequests")
+        .and_then(serde_json::Value::as_object)
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| {
+                    let method = v.get("method")?.as_str()?.to_owned();
+                    Some((k.clone(), method, v.get("params").map(to_raw)))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    Some(InputRound {
+        requests,
+        state: r.get("requestState").cloned(),
+    })
+}
+
 /// If `params._meta.progressToken` is set, replaces it with `gateway_token` and
 /// returns the client's token. Params without a token are passed through untouched.
 fn rewrite_progress_token(
@@ -561,12 +750,15 @@ impl Conn {
             waiting: std::sync::atomic::AtomicUsize::new(0),
             started: std::time::Instant::now(),
             init_params,
+            era: cfg.era,
             request_timeout: cfg.request_timeout,
             init_timeout: cfg.init_timeout,
             max_message_bytes: cfg.max_message_bytes,
             stats,
             stdin: tokio::sync::Mutex::new(None),
             direct: cfg.stdio.is_some(),
+            listen_uris: Mutex::new(std::collections::BTreeSet::new()),
+            listen_changed: tokio::sync::Notify::new(),
         });
         core.stats.track(&core);
         let shutdown = CancellationToken::new();
@@ -592,6 +784,7 @@ impl Conn {
                 tokio::spawn(async {})
             }
         };
+        tokio::spawn(keep_listening(core.clone(), shutdown.clone()));
         Arc::new(Self {
             core,
             shutdown,
@@ -619,7 +812,9 @@ impl Conn {
 
     /// Forwards one client request and waits for the backend's response. The id and
     /// progress token are rewritten; the response comes back with the upstream id,
-    /// and the caller restores the client's.
+    /// and the caller restores the client's. Params are shaped for the backend's era;
+    /// a stateless-era backend's `input_required` is answered for a session-era
+    /// client through its server→client requests (see [`Conn::call_stateless`]).
     pub async fn call(
         &self,
         method: &str,
@@ -629,17 +824,116 @@ impl Conn {
         // Time spent queued for an in-flight slot counts against the request timeout.
         let deadline = tokio::time::Instant::now() + self.core.request_timeout;
         let _permit = self.in_flight_permit(ctx, deadline).await?;
-        let (gen, _) = self.core.wait_ready(&ctx.cancel).await?;
+        let (gen, info) = self.core.wait_ready(&ctx.cancel).await?;
+        if info.stateless {
+            return self
+                .call_stateless(gen, method, params, ctx, deadline)
+                .await;
+        }
         self.core
             .request(
                 gen,
                 method,
-                params,
+                for_session_era(params),
                 Some(ctx.sink.clone()),
                 &ctx.cancel,
                 deadline.saturating_duration_since(tokio::time::Instant::now()),
             )
             .await
+    }
+
+    /// A call to a stateless-era backend. A stateless-era client gets its answer as
+    /// is; for a session-era client, each round of `input_required` becomes
+    /// server→client requests to the client, whose answers go back to the backend
+    /// in a retry (`inputResponses`, the backend's `requestState` echoed).
+    async fn call_stateless(
+        &self,
+        gen: u64,
+        method: &str,
+        params: Option<Box<RawValue>>,
+        ctx: &CallCtx,
+        deadline: tokio::time::Instant,
+    ) -> Result<Response, UpstreamError> {
+        let done = || Ok(Response::ok(RequestId::from_u64(0), empty_object()));
+        match method {
+            // Gone in the stateless era: the level travels with each request, and
+            // liveness is the connection's business.
+            "ping" | "logging/setLevel" => return done(),
+            "resources/subscribe" | "resources/unsubscribe" => {
+                let Some(uri) = crate::jsonrpc::string_field(params.as_deref(), "uri") else {
+                    let e =
+                        RpcError::new(code::INVALID_PARAMS, "params.uri (a string) is required");
+                    return Ok(Response::err(None, &e));
+                };
+                let changed = {
+                    let mut uris = lock(&self.core.listen_uris);
+                    if method == "resources/subscribe" {
+                        uris.insert(uri)
+                    } else {
+                        uris.remove(&uri)
+                    }
+                };
+                if changed {
+                    self.core.listen_changed.notify_one();
+                }
+                return done();
+            }
+            _ => {}
+        }
+        let base = for_stateless_era(params, &ctx.client);
+        let mut params = Some(to_raw(&base));
+        for _ in 0..MAX_INPUT_ROUNDS {
+            let resp = self
+                .core
+                .request(
+                    gen,
+                    method,
+                    params.take(),
+                    Some(ctx.sink.clone()),
+                    &ctx.cancel,
+                    deadline.saturating_duration_since(tokio::time::Instant::now()),
+                )
+                .await?;
+            if ctx.client.stateless {
+                return Ok(resp);
+            }
+            let Some(round) = input_round(&resp) else {
+                return Ok(resp);
+            };
+            let mut answers = serde_json::Map::new();
+            for (key, method, request_params) in round.requests {
+                match ctx.sink.ask(method.clone(), request_params).await {
+                    Ok(answer) => {
+                        let v =
+                            serde_json::from_str(answer.get()).unwrap_or(serde_json::Value::Null);
+                        answers.insert(key, v);
+                    }
+                    Err(e) => {
+                        let why: serde_json::Value =
+                            serde_json::from_str(e.get()).unwrap_or(serde_json::Value::Null);
+                        let err = RpcError::new(
+                            code::INVALID_REQUEST,
+                            format!(
+                                "the backend `{}` needs input the client could not give ({method})",
+                                self.core.name
+                            ),
+                        )
+                        .with_data(serde_json::json!({ "reason": why }));
+                        return Ok(Response::err(resp.id, &err));
+                    }
+                }
+            }
+            let mut next = base.clone();
+            next.insert("inputResponses".into(), serde_json::Value::Object(answers));
+            if let Some(state) = round.state {
+                next.insert("requestState".into(), state);
+            }
+            params = Some(to_raw(&next));
+        }
+        Err(UpstreamError::Protocol {
+            backend: self.core.name.clone(),
+            reason: format!("still asking for input after {MAX_INPUT_ROUNDS} rounds"),
+        })
     }
 
     /// Waits for an in-flight slot when the connection has a limit: immediately
@@ -686,10 +980,13 @@ impl Conn {
         self.core.started.elapsed()
     }
 
-    /// Forwards a notification (e.g. `notifications/roots/list_changed`).
+    /// Forwards a notification (e.g. `notifications/roots/list_changed`). The
+    /// stateless era has no client notifications for a backend to receive.
     pub fn notify(&self, n: &Notification) {
-        if let State::Ready { gen, .. } = &*self.core.state.borrow() {
-            self.core.send_line(*gen, n.to_json());
+        if let State::Ready { gen, info } = &*self.core.state.borrow() {
+            if !info.stateless {
+                self.core.send_line(*gen, n.to_json());
+            }
         }
     }
 
@@ -717,10 +1014,115 @@ impl Drop for Conn {
     }
 }
 
-/// Sends Gantry's `initialize` for incarnation `gen` and checks the result. The
-/// transport then sends `notifications/initialized` its own way and marks the
-/// connection ready.
+/// The stateless-era version Gantry speaks to backends.
+pub(crate) const STATELESS_VERSION: &str = "2026-07-28";
+/// How long a backend of unknown era gets to answer the `server/discover` probe.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
+
+const ERA_UNKNOWN: u8 = 0;
+const ERA_SESSION: u8 = 1;
+const ERA_STATELESS: u8 = 2;
+
+/// Finds out what the backend is for incarnation `gen`: a stateless-era backend
+/// answers `server/discover`; any other answer (an error, silence, a crash) means
+/// the session era and Gantry sends `initialize`. The finding is kept for the
+/// backend's later connections. The transport then sends `notifications/initialized`
+/// (session era only) and marks the connection ready.
 pub(crate) async fn handshake(core: &Arc<Core>, gen: u64) -> Result<Arc<InitInfo>, UpstreamError> {
+    use crate::config::Era;
+    let known = core.stats.era.load(Ordering::Relaxed);
+    let probe = match core.era {
+        Era::Session => false,
+        Era::Stateless => true,
+        Era::Auto => known != ERA_SESSION,
+    };
+    if probe {
+        let timeout = if core.era == Era::Stateless || known == ERA_STATELESS {
+            core.init_timeout
+        } else {
+            PROBE_TIMEOUT.min(core.init_timeout)
+        };
+        match discover(core, gen, timeout).await {
+            Ok(info) => {
+                core.stats.era.store(ERA_STATELESS, Ordering::Relaxed);
+                return Ok(info);
+            }
+            Err(e) if core.era == Era::Stateless => return Err(e),
+            Err(e @ UpstreamError::Crashed { .. }) => {
+                // It died of the probe: a session-era server that cannot take it.
+                core.stats.era.store(ERA_SESSION, Ordering::Relaxed);
+                return Err(e);
+            }
+            Err(e) => {
+                tracing::debug!(backend = %core.name, error = %e, "no server/discover; using initialize");
+                if known == ERA_UNKNOWN {
+                    core.stats.era.store(ERA_SESSION, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+    initialize(core, gen).await
+}
+
+/// `_meta` of Gantry's own requests to a stateless-era backend.
+fn own_meta(core: &Core) -> serde_json::Value {
+    let caps: serde_json::Value = serde_json::from_str::<serde_json::Value>(core.init_params.get())
+        .ok()
+        .and_then(|p| p.get("capabilities").cloned())
+        .unwrap_or_else(|| serde_json::json!({}));
+    serde_json::json!({
+        "io.modelcontextprotocol/protocolVersion": STATELESS_VERSION,
+        "io.modelcontextprotocol/clientCapabilities": caps,
+        "io.modelcontextprotocol/clientInfo": {"name": "gantry", "version": env!("CARGO_PKG_VERSION")},
+    })
+}
+
+async fn discover(
+    core: &Arc<Core>,
+    gen: u64,
+    timeout: Duration,
+) -> Result<Arc<InitInfo>, UpstreamError> {
+    let never = CancellationToken::new();
+    let params = to_raw(&serde_json::json!({ "_meta": own_meta(core) }));
+    let resp = core
+        .request(gen, "server/discover", Some(params), None, &never, timeout)
+        .await?;
+    let result = resp
+        .outcome
+        .map_err(|e| core.unavailable(format!("server/discover was refused: {}", e.get())))?;
+    let result: serde_json::Value =
+        serde_json::from_str(result.get()).map_err(|e| UpstreamError::Protocol {
+            backend: core.name.clone(),
+            reason: format!("server/discover result: {e}"),
+        })?;
+    let speaks = result
+        .get("supportedVersions")
+        .and_then(serde_json::Value::as_array)
+        .is_some_and(|v| v.iter().any(|x| x == STATELESS_VERSION));
+    if !speaks {
+        return Err(core.unavailable(format!(
+            "server/discover names no version Gantry speaks ({STATELESS_VERSION})"
+        )));
+    }
+    let mut shaped = serde_json::json!({
+        "protocolVersion": STATELESS_VERSION,
+        "capabilities": result.get("capabilities").cloned().unwrap_or_else(|| serde_json::json!({})),
+        "serverInfo": result
+            .pointer("/_meta/io.modelcontextprotocol~1serverInfo")
+            .cloned()
+            .unwrap_or_else(|| serde_json::json!({"name": core.name, "version": "unknown"})),
+    });
+    if let (Some(i), Some(obj)) = (result.get("instructions"), shaped.as_object_mut()) {
+        obj.insert("instructions".into(), i.clone());
+    }
+    Ok(Arc::new(InitInfo {
+        protocol_version: STATELESS_VERSION.to_owned(),
+        result: shaped,
+        stateless: true,
+    }))
+}
+
+async fn initialize(core: &Arc<Core>, gen: u64) -> Result<Arc<InitInfo>, UpstreamError> {
     let never = CancellationToken::new();
     let resp = core
         .request(
@@ -754,6 +1156,7 @@ pub(crate) async fn handshake(core: &Arc<Core>, gen: u64) -> Result<Arc<InitInfo
     let info = Arc::new(InitInfo {
         protocol_version,
         result,
+        stateless: false,
     });
     Ok(info)
 }

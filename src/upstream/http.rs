@@ -36,6 +36,11 @@ struct Session {
     version: RwLock<Option<String>>,
     /// Cancelled when the backend says the session is gone.
     expired: CancellationToken,
+    /// The backend speaks the stateless era: no session, per-request headers, and a
+    /// request is cancelled by closing its response stream.
+    stateless: std::sync::atomic::AtomicBool,
+    /// Stateless era: the POST tasks of requests in flight, by upstream id.
+    streams: std::sync::Mutex<std::collections::HashMap<u64, tokio::task::AbortHandle>>,
 }
 
 fn read<T: Clone>(l: &RwLock<Option<T>>) -> Option<T> {
@@ -76,6 +81,64 @@ impl Session {
         }
     }
 
+    /// The headers of the stateless era for one outgoing message (also used for the
+    /// `server/discover` probe, before the era is known).
+    fn stateless_headers(
+        &self,
+        rb: reqwest::RequestBuilder,
+        line: &str,
+    ) -> reqwest::RequestBuilder {
+        let Ok(crate::jsonrpc::Message::Request(r)) =
+            crate::jsonrpc::Message::parse(line.as_bytes())
+        else {
+            return rb;
+        };
+        let stateless = self.stateless.load(std::sync::atomic::Ordering::Relaxed);
+        if !stateless && r.method != "server/discover" {
+            return rb;
+        }
+        let mut rb = rb.header("mcp-method", r.method.as_str());
+        if !stateless {
+            rb = rb.header("mcp-protocol-version", super::core::STATELESS_VERSION);
+        }
+        let field = match r.method.as_str() {
+            "tools/call" | "prompts/get" => Some("name"),
+            "resources/read" => Some("uri"),
+            _ => None,
+        };
+        if let Some(v) = field.and_then(|f| crate::jsonrpc::string_field(r.params.as_deref(), f)) {
+            rb = rb.header("mcp-name", header_safe(&v));
+        }
+        rb
+    }
+
+    /// Stateless era: cancelling a request closes its response stream.
+    fn close_stream(&self, line: &str) -> bool {
+        if !self.stateless.load(std::sync::atomic::Ordering::Relaxed) {
+            return false;
+        }
+        let Ok(crate::jsonrpc::Message::Notification(n)) =
+            crate::jsonrpc::Message::parse(line.as_bytes())
+        else {
+            return false;
+        };
+        if n.method != "notifications/cancelled" {
+            return false;
+        }
+        let id = crate::jsonrpc::string_field(n.params.as_deref(), "requestId")
+            .and_then(|s| s.parse::<u64>().ok())
+            .or_else(|| {
+                n.params
+                    .as_deref()
+                    .and_then(|p| serde_json::from_str::<serde_json::Value>(p.get()).ok())
+                    .and_then(|p| p.get("requestId").and_then(serde_json::Value::as_u64))
+            });
+        if let Some(h) = id.and_then(|id| lock_map(&self.streams).remove(&id)) {
+            h.abort();
+        }
+        true
+    }
+
     /// POSTs one message and relays whatever comes back.
     async fn post(self: Arc<Self>, msg: Outgoing) {
         let fail = |reason: String| {
@@ -84,8 +147,8 @@ impl Session {
             }
         };
         let had_session = read(&self.id).is_some();
-        let resp = self
-            .request(reqwest::Method::POST)
+        let rb = self.stateless_headers(self.request(reqwest::Method::POST), &msg.line);
+        let resp = rb
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .header(
                 reqwest::header::ACCEPT,
@@ -105,8 +168,25 @@ impl Session {
             return fail("the backend session expired; reconnecting".into());
         }
         if !status.is_success() {
-            let body = resp.text().await.unwrap_or_default();
-            let body: String = body.chars().take(300).collect();
+            let body = read_bounded(resp, self.core.max_message_bytes)
+                .await
+                .unwrap_or_default();
+            // A JSON-RPC error answering this very request (the stateless era puts
+            // -32020 … -32022 on a 400, -32601 on a 404) is the backend's answer.
+            if let (Some(id), Ok(crate::jsonrpc::Message::Response(r))) =
+                (msg.request_id, crate::jsonrpc::Message::parse(&body))
+            {
+                if r.outcome.is_err()
+                    && r.id.as_ref().and_then(crate::jsonrpc::RequestId::as_u64) == Some(id)
+                {
+                    return self.core.incoming(
+                        self.gen,
+                        crate::jsonrpc::Message::Response(r),
+                        Some(id),
+                    );
+                }
+            }
+            let body: String = String::from_utf8_lossy(&body).chars().take(300).collect();
             return fail(format!("HTTP {status}: {body}"));
         }
         if status == reqwest::StatusCode::ACCEPTED || status == reqwest::StatusCode::NO_CONTENT {
@@ -289,6 +369,29 @@ impl Session {
     }
 }
 
+fn lock_map<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A header value for any string: as is when it is plain visible ASCII without
+/// surrounding spaces, else `=?base64?…?=` (the stateless era's encoding).
+fn header_safe(v: &str) -> String {
+    use base64::Engine as _;
+    let plain = !v.is_empty()
+        && v.bytes().all(|b| (0x20..0x7f).contains(&b))
+        && !v.starts_with(' ')
+        && !v.ends_with(' ')
+        && !v.starts_with("=?base64?");
+    if plain {
+        v.to_owned()
+    } else {
+        format!(
+            "=?base64?{}?=",
+            base64::engine::general_purpose::STANDARD.encode(v.as_bytes())
+        )
+    }
+}
+
 async fn read_bounded(resp: reqwest::Response, max: usize) -> Result<Vec<u8>, String> {
     let mut out = Vec::new();
     let mut body = resp.bytes_stream();
@@ -358,6 +461,8 @@ pub(crate) async fn supervise(
             id: RwLock::new(None),
             version: RwLock::new(None),
             expired: CancellationToken::new(),
+            stateless: std::sync::atomic::AtomicBool::new(false),
+            streams: std::sync::Mutex::new(std::collections::HashMap::new()),
         });
         let (init_tx, mut init_rx) = tokio::sync::oneshot::channel();
         let init = {
@@ -366,6 +471,13 @@ pub(crate) async fn supervise(
                 let r = handshake(&session.core, gen).await;
                 if let Ok(info) = &r {
                     write(&session.version, info.protocol_version.clone());
+                    if info.stateless {
+                        session
+                            .stateless
+                            .store(true, std::sync::atomic::Ordering::Relaxed);
+                        let _ = init_tx.send(Ok(info.clone()));
+                        return;
+                    }
                     let note = Notification::new("notifications/initialized", None).to_json();
                     let sent = session
                         .request(reqwest::Method::POST)
@@ -399,8 +511,11 @@ pub(crate) async fn supervise(
                     match r {
                         Ok(Ok(info)) => {
                             tracing::info!(backend = %core.name, version = %info.protocol_version, "backend initialized");
+                            let stateless = info.stateless;
                             let _ = core.state.send_replace(State::Ready { gen, info });
-                            listener = Some(tokio::spawn(session.clone().listen()));
+                            if !stateless {
+                                listener = Some(tokio::spawn(session.clone().listen()));
+                            }
                         }
                         Ok(Err(e)) => break Some(e),
                         Err(_) => break Some("initialization aborted".to_owned()),
@@ -408,8 +523,14 @@ pub(crate) async fn supervise(
                 }
                 msg = out_rx.recv() => {
                     let Some(msg) = msg else { break None };
-                    if msg.gen == gen {
-                        tokio::spawn(session.clone().post(msg));
+                    if msg.gen == gen && !session.close_stream(&msg.line) {
+                        let id = msg.request_id;
+                        let task = tokio::spawn(session.clone().post(msg));
+                        if let (Some(id), true) = (id, session.stateless.load(std::sync::atomic::Ordering::Relaxed)) {
+                            let mut streams = lock_map(&session.streams);
+                            streams.retain(|_, h| !h.is_finished());
+                            streams.insert(id, task.abort_handle());
+                        }
                     }
                 }
             }

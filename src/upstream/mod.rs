@@ -32,6 +32,9 @@ pub struct BackendStats {
     /// Live connections (counted from start until the connection is dropped).
     live: std::sync::atomic::AtomicUsize,
     conns: Mutex<Vec<Weak<core::Core>>>,
+    /// The era the backend was found to speak (`era = "auto"`), so that later
+    /// connections do not probe again: 0 unknown, 1 session, 2 stateless.
+    pub(crate) era: std::sync::atomic::AtomicU8,
 }
 
 impl BackendStats {

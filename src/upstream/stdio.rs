@@ -148,9 +148,14 @@ async fn run_once(
             match handshake(&core, gen).await {
                 Ok(info) => {
                     // Written before the connection is marked ready, so no request can
-                    // overtake it.
+                    // overtake it. (The stateless era has no handshake to complete.)
                     let note = crate::jsonrpc::Notification::new("notifications/initialized", None);
-                    if let Err(e) = core.write_direct(gen, &note.to_json()).await {
+                    let sent = if info.stateless {
+                        Ok(())
+                    } else {
+                        core.write_direct(gen, &note.to_json()).await
+                    };
+                    if let Err(e) = sent {
                         tracing::warn!(backend = %core.name, error = %e, "backend initialization failed");
                         init_failed.cancel();
                         return;
