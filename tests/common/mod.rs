@@ -429,3 +429,50 @@ pub async fn metric_until(g: &Gantry, name: &str, ok: impl Fn(f64) -> bool) -> b
     }
     false
 }
+
+/// Answers server→client requests on a call's stream, then returns the call's response.
+pub async fn call_answering(
+    c: &Client,
+    id: Value,
+    name: &str,
+    args: Value,
+    answer: Value,
+) -> (Vec<Value>, Value) {
+    let resp = c
+        .post_builder()
+        .body(json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":name,"arguments":args}}).to_string())
+        .send()
+        .await
+        .unwrap();
+    let json_answer = resp
+        .headers()
+        .get("content-type")
+        .is_some_and(|v| v.to_str().unwrap().starts_with("application/json"));
+    if json_answer {
+        // Answered at once, without asking anything.
+        return (Vec::new(), resp.json().await.unwrap());
+    }
+    let mut body = resp.bytes_stream();
+    let mut parser = gantry::sse::Parser::new(1 << 24);
+    let mut asked = Vec::new();
+    let end = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < end {
+        let Ok(Some(Ok(chunk))) = tokio::time::timeout_at(end.into(), futures::StreamExt::next(&mut body)).await else {
+            break;
+        };
+        for ev in parser.feed(&chunk).unwrap() {
+            if ev.data.trim().is_empty() {
+                continue;
+            }
+            let m: Value = serde_json::from_str(&ev.data).unwrap();
+            if m.get("method").is_some() && m.get("id").is_some() {
+                asked.push(m.clone());
+                let reply = json!({"jsonrpc":"2.0","id": m["id"], "result": answer});
+                assert_eq!(c.post(&reply).await.status, 202);
+            } else if m.get("id") == Some(&id) {
+                return (asked, m);
+            }
+        }
+    }
+    panic!("no response to {id}");
+}
