@@ -172,7 +172,10 @@ fn main() -> std::process::ExitCode {
     match &cli.command {
         Some(Command::CheckConfig { file }) => return check_config(file),
         Some(Command::ExampleServer) => {
-            return block_on("example server", gantry::example::serve_stdio())
+            return block_on(
+                "example server",
+                gantry::example::serve_stdio(gantry::example::Eras::Both),
+            )
         }
         None => {}
     }

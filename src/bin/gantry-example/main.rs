@@ -32,7 +32,7 @@ async fn main() -> anyhow::Result<()> {
         )
         .init();
     match cli.http {
-        Some(addr) => gantry::example::serve_http(&addr).await,
-        None => gantry::example::serve_stdio().await,
+        Some(addr) => gantry::example::serve_http(&addr, gantry::example::Eras::Both).await,
+        None => gantry::example::serve_stdio(gantry::example::Eras::Both).await,
     }
 }
