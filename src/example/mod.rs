@@ -8,12 +8,14 @@
 //! can serve it as a demo (`gantry example-server` runs it over stdio), and it is
 //! also the `gantry-example` binary.
 //!
-//! Both eras are served on one endpoint, as rmcp classifies each message.
+//! Both eras are served on one endpoint, as rmcp classifies each message (see
+//! `README.md` beside this file); [`Eras::SessionOnly`] hides the stateless era.
 
 mod fixtures;
 mod input_required;
 mod mrtr;
 mod server;
+mod session_era_only;
 mod sessions;
 mod state;
 
@@ -21,13 +23,16 @@ use std::{net::SocketAddr, sync::Arc};
 
 use anyhow::Context as _;
 use rmcp::{
-    transport::{StreamableHttpServerConfig, StreamableHttpService},
+    transport::{async_rw::AsyncRwTransport, StreamableHttpServerConfig, StreamableHttpService},
     ServiceExt,
 };
 use tokio_util::sync::CancellationToken;
 
 pub use self::state::Eras;
-use self::{server::ExampleServer, sessions::ReconnectableSessions, state::ServerState};
+use self::{
+    server::ExampleServer, session_era_only::SessionEraOnly, sessions::ReconnectableSessions,
+    state::ServerState,
+};
 
 fn server_state(eras: Eras) -> anyhow::Result<Arc<ServerState>> {
     Ok(Arc::new(
@@ -44,10 +49,17 @@ fn server_state(eras: Eras) -> anyhow::Result<Arc<ServerState>> {
 pub async fn serve_stdio(eras: Eras) -> anyhow::Result<()> {
     let server = ExampleServer::new(server_state(eras)?, None);
     let (stdin, stdout) = rmcp::transport::stdio();
-    let service = server
-        .serve((stdin, stdout))
-        .await
-        .context("MCP initialization over stdio failed")?;
+    let service = match eras {
+        Eras::Both => server.serve((stdin, stdout)).await,
+        Eras::SessionOnly => {
+            server
+                .serve(SessionEraOnly::new(AsyncRwTransport::new_server(
+                    stdin, stdout,
+                )))
+                .await
+        }
+    }
+    .context("MCP initialization over stdio failed")?;
     service.waiting().await.context("stdio service failed")?;
     Ok(())
 }
@@ -109,7 +121,10 @@ pub async fn serve_http(addr: &str, eras: Eras) -> anyhow::Result<()> {
         sessions,
         config,
     );
-    let router = axum::Router::new().route_service("/mcp", service);
+    let mut router = axum::Router::new().route_service("/mcp", service);
+    if eras == Eras::SessionOnly {
+        router = router.layer(axum::middleware::from_fn(session_era_only::http_gate));
+    }
 
     eprintln!("listening on http://{bound}/mcp");
     let stop = shutdown.clone();
