@@ -10,7 +10,7 @@
 #![allow(deprecated)]
 
 use rmcp::{
-    model::{CallToolResult, ContentBlock, GetPromptResult, PromptMessage, Role},
+    model::{CallToolResult, ContentBlock, GetPromptResult, PromptMessage, Role, Root},
     ErrorData,
 };
 use serde_json::{json, Value};
@@ -103,7 +103,7 @@ fn name_of(round: &Round<'_>, key: &str) -> Result<Option<String>, ErrorData> {
         .map(|answer| accepted_text(&answer, "name").unwrap_or_else(|| "anonymous".to_owned())))
 }
 
-fn roots_text(roots: &[rmcp::model::Root]) -> String {
+fn roots_text(roots: &[Root]) -> String {
     if roots.is_empty() {
         return "no roots".to_owned();
     }

@@ -27,7 +27,8 @@ use rmcp::{
         CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams,
         CompleteResult, CompletionInfo, ContentBlock, CreateMessageRequestParams,
         DiscoverRequestMethod, DiscoverResult, ElicitRequestParams, ElicitationSchema,
-        GetPromptRequestParams, GetPromptResponse, GetPromptResult, Implementation, JsonObject,
+        GetPromptRequestParams, GetPromptResponse, GetPromptResult, Implementation,
+        InitializeRequestParams, InitializeResult, InitializeResultMethod, JsonObject,
         ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
         LoggingLevel, LoggingMessageNotificationParam, PaginatedRequestParams,
         ProgressNotificationParam, PromptMessage, ProtocolVersion, ReadResourceRequestParams,
@@ -546,14 +547,12 @@ impl ServerHandler for ExampleServer {
 
     async fn initialize(
         &self,
-        request: rmcp::model::InitializeRequestParams,
+        request: InitializeRequestParams,
         context: RequestContext<RoleServer>,
-    ) -> Result<rmcp::model::InitializeResult, ErrorData> {
+    ) -> Result<InitializeResult, ErrorData> {
         // A stateless-era envelope on `initialize` names a method 2026-07-28 removed.
         if context.meta.protocol_version().is_some() {
-            return Err(ErrorData::method_not_found::<
-                rmcp::model::InitializeResultMethod,
-            >());
+            return Err(ErrorData::method_not_found::<InitializeResultMethod>());
         }
         context.peer.set_peer_info(request.clone());
         self.negotiate_initialize(&request)
