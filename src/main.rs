@@ -47,7 +47,12 @@ enum Command {
     },
     /// Run the built-in example MCP server over stdio (the demo backend).
     #[command(hide = true)]
-    ExampleServer,
+    ExampleServer {
+        /// Serve only the session era (protocol versions up to 2025-11-25), like a
+        /// server written before 2026-07-28.
+        #[arg(long)]
+        session_era_only: bool,
+    },
 }
 
 /// The demo backend: this same executable running the built-in example server.
@@ -171,8 +176,13 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     match &cli.command {
         Some(Command::CheckConfig { file }) => return check_config(file),
-        Some(Command::ExampleServer) => {
-            return block_on("example server", gantry::example::serve_stdio())
+        Some(Command::ExampleServer { session_era_only }) => {
+            let eras = if *session_era_only {
+                gantry::example::Eras::SessionOnly
+            } else {
+                gantry::example::Eras::Both
+            };
+            return block_on("example server", gantry::example::serve_stdio(eras));
         }
         None => {}
     }

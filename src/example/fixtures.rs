@@ -4,6 +4,8 @@
 use rmcp::model::{JsonObject, Prompt, PromptArgument, Resource, ResourceTemplate, Tool};
 use serde_json::{json, Value};
 
+use crate::example::input_required;
+
 /// A 1x1 PNG (one teal pixel), base64.
 pub const PNG_BASE64: &str =
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR42mOQz38NAAIqAXpGbxguAAAAAElFTkSuQmCC";
@@ -18,6 +20,14 @@ pub const WATCHED_URI: &str = "test://watched-resource";
 pub const TEMPLATE_URI: &str = "test://template/{id}/data";
 pub const TEMPLATE_PREFIX: &str = "test://template/";
 pub const TEMPLATE_SUFFIX: &str = "/data";
+
+pub const MISSING_CAPABILITY_TOOL: &str = "test_missing_capability";
+pub const LOGGING_TOOL: &str = "test_logging_tool";
+pub const TRIGGER_TOOL_CHANGE: &str = "test_trigger_tool_change";
+pub const TRIGGER_PROMPT_CHANGE: &str = "test_trigger_prompt_change";
+pub const CUSTOM_HEADERS_TOOL: &str = "test_custom_headers";
+pub const DYNAMIC_TOOL: &str = "test_dynamic_tool";
+pub const DYNAMIC_PROMPT: &str = "test_dynamic_prompt";
 
 /// Turn a `json!` literal into a JSON object (non-objects become `{}`).
 pub fn object(value: Value) -> JsonObject {
@@ -199,7 +209,132 @@ pub fn tools() -> Vec<Tool> {
             "Tool with JSON Schema 2020-12 features for conformance testing (SEP-1613, SEP-2106)",
             json_schema_2020_12(),
         ),
+        tool(
+            input_required::ELICITATION,
+            "MRTR: elicitation",
+            "Asks the user's name (elicitation key `user_name`), then greets them. \
+             2026-07-28: returns an InputRequiredResult; session era: sends elicitation/create.",
+            no_arguments(),
+        ),
+        tool(
+            input_required::SAMPLING,
+            "MRTR: sampling",
+            "Asks the client's LLM a question (sampling/createMessage), then returns the answer.",
+            no_arguments(),
+        ),
+        tool(
+            input_required::LIST_ROOTS,
+            "MRTR: roots",
+            "Asks for the client's roots (roots/list), then lists them.",
+            no_arguments(),
+        ),
+        tool(
+            input_required::REQUEST_STATE,
+            "MRTR: request state",
+            "Asks for a confirmation and carries an integrity-protected requestState; \
+             answers \"state-ok\" when both come back.",
+            no_arguments(),
+        ),
+        tool(
+            input_required::MULTIPLE_INPUTS,
+            "MRTR: multiple inputs",
+            "Asks an elicitation, a sampling and a roots request in one round.",
+            no_arguments(),
+        ),
+        tool(
+            input_required::MULTI_ROUND,
+            "MRTR: multiple rounds",
+            "Asks the user's name, then their favourite colour (two rounds, two states).",
+            no_arguments(),
+        ),
+        tool(
+            input_required::TAMPERED_STATE,
+            "MRTR: tampered state",
+            "Carries an HMAC-sealed requestState; a modified state is rejected with -32602.",
+            no_arguments(),
+        ),
+        tool(
+            input_required::CAPABILITIES,
+            "MRTR: capabilities",
+            "Asks only for input the client declared a capability for (elicitation, sampling).",
+            no_arguments(),
+        ),
+        tool(
+            input_required::STREAMING_ELICITATION,
+            "Streaming elicitation",
+            "Reports progress, then asks the user's name without any server-to-client \
+             request on the response stream (2026-07-28: InputRequiredResult).",
+            no_arguments(),
+        ),
+        tool(
+            MISSING_CAPABILITY_TOOL,
+            "Missing capability",
+            "Requires the sampling client capability: -32021 (2026-07-28) or an error \
+             result (session era) when the client did not declare it.",
+            no_arguments(),
+        ),
+        tool(
+            LOGGING_TOOL,
+            "Logging",
+            "Emits notifications/message only at or above the requested log level \
+             (2026-07-28: `_meta` logLevel; none without it).",
+            no_arguments(),
+        ),
+        tool(
+            TRIGGER_TOOL_CHANGE,
+            "Trigger tool list change",
+            "Adds or removes `test_dynamic_tool` and sends notifications/tools/list_changed.",
+            no_arguments(),
+        ),
+        tool(
+            TRIGGER_PROMPT_CHANGE,
+            "Trigger prompt list change",
+            "Adds or removes `test_dynamic_prompt` and sends notifications/prompts/list_changed.",
+            no_arguments(),
+        ),
+        tool(
+            CUSTOM_HEADERS_TOOL,
+            "Custom headers",
+            "Echoes its arguments; `region` and `priority` are mirrored into the \
+             Mcp-Param-Region / Mcp-Param-Priority headers (SEP-2243).",
+            object(json!({
+                "type": "object",
+                "properties": {
+                    "region": {
+                        "type": "string",
+                        "description": "Region name, mirrored into Mcp-Param-Region",
+                        "x-mcp-header": "Region"
+                    },
+                    "priority": {
+                        "type": "integer",
+                        "description": "Priority, mirrored into Mcp-Param-Priority",
+                        "x-mcp-header": "Priority"
+                    },
+                    "query": { "type": "string", "description": "Not mirrored" }
+                },
+                "required": ["region"]
+            })),
+        ),
     ]
+}
+
+/// The tool `test_trigger_tool_change` adds and removes.
+pub fn dynamic_tool() -> Tool {
+    tool(
+        DYNAMIC_TOOL,
+        "Dynamic tool",
+        "Listed only while `test_trigger_tool_change` has been called an odd number of times.",
+        no_arguments(),
+    )
+}
+
+/// Every tool, with the dynamic one when it is listed.
+pub fn tools_with(dynamic: bool) -> Vec<Tool> {
+    let mut tools = tools();
+    if dynamic {
+        tools.push(dynamic_tool());
+    }
+    tools
 }
 
 pub fn resources() -> Vec<Resource> {
@@ -278,7 +413,37 @@ pub fn prompts() -> Vec<Prompt> {
             None,
         )
         .with_title("Prompt With Image"),
+        Prompt::new(
+            input_required::PROMPT,
+            Some(
+                "A prompt that first asks for user context (2026-07-28: InputRequiredResult; \
+                 session era: elicitation/create)",
+            ),
+            None,
+        )
+        .with_title("Prompt With Input Required"),
     ]
+}
+
+/// The prompt `test_trigger_prompt_change` adds and removes.
+pub fn dynamic_prompt() -> Prompt {
+    Prompt::new(
+        DYNAMIC_PROMPT,
+        Some(
+            "Listed only while `test_trigger_prompt_change` has been called an odd number of times",
+        ),
+        None,
+    )
+    .with_title("Dynamic Prompt")
+}
+
+/// Every prompt, with the dynamic one when it is listed.
+pub fn prompts_with(dynamic: bool) -> Vec<Prompt> {
+    let mut prompts = prompts();
+    if dynamic {
+        prompts.push(dynamic_prompt());
+    }
+    prompts
 }
 
 /// Completion candidates for a prompt argument or a template variable.
@@ -393,7 +558,7 @@ mod tests {
 
     #[test]
     fn tool_names_are_unique() {
-        let tools = tools();
+        let tools = tools_with(true);
         let mut names: Vec<_> = tools.iter().map(|tool| tool.name.clone()).collect();
         names.sort();
         names.dedup();

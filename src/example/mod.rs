@@ -2,32 +2,64 @@
 //! is always tested against an independent MCP implementation.
 //!
 //! It implements the fixture of the MCP conformance suite
-//! (`@modelcontextprotocol/conformance`, protocol 2025-11-25) plus two tools for
-//! gateway tests: `echo {message}` and `slow {ms}`. It is built into the library so
-//! that `gantry` with no arguments can serve it as a demo (`gantry example-server`
-//! runs it over stdio), and it is also the `gantry-example` binary.
+//! (`@modelcontextprotocol/conformance`) for protocol 2025-11-25 (session era) and
+//! 2026-07-28 (stateless era), plus two tools for gateway tests: `echo {message}`
+//! and `slow {ms}`. It is built into the library so that `gantry` with no arguments
+//! can serve it as a demo (`gantry example-server` runs it over stdio), and it is
+//! also the `gantry-example` binary.
+//!
+//! Both eras are served on one endpoint, as rmcp classifies each message (see
+//! `README.md` beside this file); [`Eras::SessionOnly`] hides the stateless era.
 
 mod fixtures;
+mod input_required;
+mod mrtr;
 mod server;
+mod session_era_only;
 mod sessions;
+mod state;
 
 use std::{net::SocketAddr, sync::Arc};
 
 use anyhow::Context as _;
 use rmcp::{
-    transport::{StreamableHttpServerConfig, StreamableHttpService},
+    transport::{async_rw::AsyncRwTransport, StreamableHttpServerConfig, StreamableHttpService},
     ServiceExt,
 };
 use tokio_util::sync::CancellationToken;
 
-use self::{server::ExampleServer, sessions::ReconnectableSessions};
+pub use self::state::Eras;
+use self::{
+    server::ExampleServer, session_era_only::SessionEraOnly, sessions::ReconnectableSessions,
+    state::ServerState,
+};
 
-/// Serves MCP over stdio until the client closes stdin.
-pub async fn serve_stdio() -> anyhow::Result<()> {
-    let service = ExampleServer::new(None)
-        .serve(rmcp::transport::stdio())
-        .await
-        .context("MCP initialization over stdio failed")?;
+fn server_state(eras: Eras) -> anyhow::Result<Arc<ServerState>> {
+    Ok(Arc::new(
+        ServerState::new(eras).context("cannot create the requestState key")?,
+    ))
+}
+
+/// Serves MCP over stdio (newline-delimited JSON-RPC) until the client closes stdin.
+///
+/// With [`Eras::Both`] rmcp picks the era from the first message: `initialize`
+/// opens a session; a request whose `_meta` names 2026-07-28 opens the stateless
+/// era, where every request carries its own `_meta`; `server/discover` is answered
+/// either way without choosing.
+pub async fn serve_stdio(eras: Eras) -> anyhow::Result<()> {
+    let server = ExampleServer::new(server_state(eras)?, None);
+    let (stdin, stdout) = rmcp::transport::stdio();
+    let service = match eras {
+        Eras::Both => server.serve((stdin, stdout)).await,
+        Eras::SessionOnly => {
+            server
+                .serve(SessionEraOnly::new(AsyncRwTransport::new_server(
+                    stdin, stdout,
+                )))
+                .await
+        }
+    }
+    .context("MCP initialization over stdio failed")?;
     service.waiting().await.context("stdio service failed")?;
     Ok(())
 }
@@ -59,7 +91,11 @@ fn allowed_origins(hosts: &[String]) -> Vec<String> {
 
 /// Serves Streamable HTTP at `http://ADDR/mcp` until Ctrl-C; prints the bound URL
 /// to stderr.
-pub async fn serve_http(addr: &str) -> anyhow::Result<()> {
+///
+/// With [`Eras::Both`] rmcp routes each POST: `initialize` and requests on an
+/// `Mcp-Session-Id` go to the session; a request whose `_meta` carries the
+/// 2026-07-28 envelope is served statelessly (no session, SEP-2243 headers checked).
+pub async fn serve_http(addr: &str, eras: Eras) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("cannot listen on {addr}"))?;
@@ -73,12 +109,22 @@ pub async fn serve_http(addr: &str) -> anyhow::Result<()> {
         .with_cancellation_token(shutdown.child_token());
     let sessions = Arc::new(ReconnectableSessions::default());
     let handler_sessions = sessions.clone();
+    let state = server_state(eras)?;
+    // rmcp calls this for every session and for every stateless request.
     let service = StreamableHttpService::new(
-        move || Ok(ExampleServer::new(Some(handler_sessions.clone()))),
+        move || {
+            Ok(ExampleServer::new(
+                state.clone(),
+                Some(handler_sessions.clone()),
+            ))
+        },
         sessions,
         config,
     );
-    let router = axum::Router::new().route_service("/mcp", service);
+    let mut router = axum::Router::new().route_service("/mcp", service);
+    if eras == Eras::SessionOnly {
+        router = router.layer(axum::middleware::from_fn(session_era_only::http_gate));
+    }
 
     eprintln!("listening on http://{bound}/mcp");
     let stop = shutdown.clone();

@@ -3,7 +3,11 @@
 //! ```text
 //! gantry-example                        # MCP over stdio (newline-delimited JSON-RPC)
 //! gantry-example --http 127.0.0.1:PORT  # Streamable HTTP at http://127.0.0.1:PORT/mcp
+//! gantry-example --session-era-only ... # only protocol versions up to 2025-11-25
 //! ```
+//!
+//! Both protocol eras are served by default: the session era (`initialize`,
+//! 2024-11-05 .. 2025-11-25) and the stateless era (per-request `_meta`, 2026-07-28).
 //!
 //! Diagnostics go to stderr (filter with `RUST_LOG`, default `warn`).
 
@@ -19,6 +23,11 @@ struct Cli {
     /// bound address is printed to stderr.
     #[arg(long, value_name = "HOST:PORT")]
     http: Option<String>,
+    /// Behave like a server written before protocol 2026-07-28: `server/discover`
+    /// is unknown (-32601), every client must `initialize` first, and only the
+    /// session-era versions (up to 2025-11-25) are negotiated.
+    #[arg(long)]
+    session_era_only: bool,
 }
 
 #[tokio::main]
@@ -31,8 +40,13 @@ async fn main() -> anyhow::Result<()> {
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn")),
         )
         .init();
+    let eras = if cli.session_era_only {
+        gantry::example::Eras::SessionOnly
+    } else {
+        gantry::example::Eras::Both
+    };
     match cli.http {
-        Some(addr) => gantry::example::serve_http(&addr).await,
-        None => gantry::example::serve_stdio().await,
+        Some(addr) => gantry::example::serve_http(&addr, eras).await,
+        None => gantry::example::serve_stdio(eras).await,
     }
 }
