@@ -19,6 +19,16 @@ fn shared_config(extra: &str) -> String {
     )
 }
 
+/// A shared example backend that only speaks the session era (so its server→client
+/// requests are real requests, whose owner Gantry must work out).
+fn shared_session_era_config(extra: &str) -> String {
+    format!(
+        "[[backends]]\nname = \"example\"\nsession_mode = \"shared\"\n\
+         stdio = {{ command = {:?}, args = [\"--session-era-only\"] }}\n{extra}",
+        example_bin().to_str().unwrap()
+    )
+}
+
 async fn sessions(g: &Gantry, n: usize, caps: Value) -> Vec<Client> {
     let mut out = Vec::new();
     for _ in 0..n {
@@ -198,7 +208,9 @@ async fn resource_updates_reach_only_subscribers() {
 
 #[tokio::test]
 async fn server_requests_go_to_the_only_caller_and_never_to_a_guess() {
-    let g = Gantry::with_config(&shared_config("client_capabilities = { sampling = {} }\n"));
+    let g = Gantry::with_config(&shared_session_era_config(
+        "client_capabilities = { sampling = {} }\n",
+    ));
     let clients = sessions(&g, 2, json!({"sampling": {}})).await;
     let answer = json!({"role":"assistant","content":{"type":"text","text":"42"},"model":"m","stopReason":"endTurn"});
     // Alone on the backend: the sampling request reaches the caller and its answer the backend.

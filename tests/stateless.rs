@@ -461,7 +461,8 @@ fn two_principals(extra_server: &str) -> Gantry {
         "[server]\n{extra_server}\n\
          [[auth.api_keys]]\nprincipal = \"alice\"\nsha256 = \"{}\"\n\
          [[auth.api_keys]]\nprincipal = \"bob\"\nsha256 = \"{}\"\n\
-         [[backends]]\nname = \"example\"\nstdio = {{ command = {:?} }}\n",
+         [[backends]]\nname = \"example\"\n\
+         stdio = {{ command = {:?}, args = [\"--session-era-only\"] }}\n",
         sha256_hex("alice-key"),
         sha256_hex("bob-key"),
         example_bin().to_str().unwrap()

@@ -333,8 +333,13 @@ impl Core {
     }
 
     /// Number of requests waiting for the backend.
+    /// Client requests waiting for the backend's answer (Gantry's own, such as the
+    /// long-lived `subscriptions/listen` of a stateless-era backend, are not counted).
     pub fn pending_len(&self) -> usize {
-        lock(&self.pending).len()
+        lock(&self.pending)
+            .values()
+            .filter(|p| p.sink.is_some())
+            .count()
     }
 
     fn attribute(&self, related: Option<u64>) -> Option<Sink> {
@@ -649,6 +654,28 @@ fn for_stateless_era(
     p
 }
 
+/// A stateless-era result as a session-era client expects it: without
+/// `resultType`, `ttlMs` and `cacheScope`, which its schema does not have.
+fn for_session_client(mut resp: Response) -> Response {
+    let Ok(result) = &resp.outcome else {
+        return resp;
+    };
+    let text = result.get();
+    if !(text.contains("\"resultType\"")
+        || text.contains("\"ttlMs\"")
+        || text.contains("\"cacheScope\""))
+    {
+        return resp;
+    }
+    if let Some(mut r) = parse_object(Some(result)) {
+        r.remove("resultType");
+        r.remove("ttlMs");
+        r.remove("cacheScope");
+        resp.outcome = Ok(to_raw(&r));
+    }
+    resp
+}
+
 /// One round of input a stateless-era backend asks for.
 struct InputRound {
     /// (key, method, params) of each input request.
@@ -898,7 +925,7 @@ impl Conn {
                 return Ok(resp);
             }
             let Some(round) = input_round(&resp) else {
-                return Ok(resp);
+                return Ok(for_session_client(resp));
             };
             let mut answers = serde_json::Map::new();
             for (key, method, request_params) in round.requests {
