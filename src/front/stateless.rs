@@ -27,6 +27,7 @@ use super::{run_tracked_as, with_sse_headers, Accepts, App, FrontError};
 use crate::auth::Principal;
 use crate::call::{ClientAnswer, Downstream, Sink};
 use crate::jsonrpc::{code, to_raw, Message, Notification, Request, RequestId, Response, RpcError};
+use crate::mcp_param::ToolHeaders;
 use crate::router::{level_rank, ClientInit, SESSION_VERSIONS};
 use crate::session::Session;
 use axum::body::Body;
@@ -361,6 +362,28 @@ pub(crate) async fn post(
         Ok(i) => i,
         Err(e) => return e,
     };
+    if req.method == "tools/call" {
+        let name = params
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let declared = tool_headers(&app, &internal).await;
+        let none = Vec::new();
+        let mirrored = declared.get(name).unwrap_or(&none);
+        let arguments = params.get("arguments").cloned().unwrap_or(Value::Null);
+        let sent_any = headers.keys().any(|k| k.as_str().starts_with("mcp-param-"));
+        if !mirrored.is_empty() || sent_any {
+            if let Err(why) = crate::mcp_param::check(mirrored, &arguments, |h| {
+                headers.get(h).map(HeaderValue::as_bytes)
+            }) {
+                return answer(
+                    StatusCode::BAD_REQUEST,
+                    Some(req.id),
+                    &RpcError::new(code::HEADER_MISMATCH, format!("Header mismatch: {why}")),
+                );
+            }
+        }
+    }
     match req.method.as_str() {
         "server/discover" => discover(&app, &internal, req.id),
         "subscriptions/listen" => listen(app, internal, req.id, &params).await,
@@ -375,6 +398,8 @@ pub(crate) struct Internal {
     init: Value,
     /// The principal's open `subscriptions/listen` streams.
     listeners: Arc<Listeners>,
+    /// Its tools' `Mcp-Param-*` declarations (`None`: not listed since the last change).
+    tools: Arc<tokio::sync::Mutex<Option<Arc<ToolHeaders>>>>,
 }
 
 /// The capabilities Gantry declares to session-era backends on behalf of stateless
@@ -414,8 +439,10 @@ async fn open_internal(app: &Arc<App>, principal: &str) -> Result<Arc<Internal>,
         client_info: json!({ "name": "gantry", "title": "Gantry (stateless clients)", "version": env!("CARGO_PKG_VERSION") }),
     };
     let listeners = Arc::new(Listeners::default());
+    let tools = Arc::new(tokio::sync::Mutex::new(None));
     let owner: Sink = Arc::new(InternalOwner {
         listeners: listeners.clone(),
+        tools: tools.clone(),
     });
     match app
         .router
@@ -429,6 +456,7 @@ async fn open_internal(app: &Arc<App>, principal: &str) -> Result<Arc<Internal>,
                 session,
                 init: result,
                 listeners,
+                tools,
             }))
         }
         Err(e) => {
@@ -446,10 +474,15 @@ async fn open_internal(app: &Arc<App>, principal: &str) -> Result<Arc<Internal>,
 /// requests outside any call cannot reach a stateless client: refused at once.
 struct InternalOwner {
     listeners: Arc<Listeners>,
+    tools: Arc<tokio::sync::Mutex<Option<Arc<ToolHeaders>>>>,
 }
 
 impl Downstream for InternalOwner {
     fn notify(&self, n: Notification) {
+        if n.method == "notifications/tools/list_changed" {
+            let tools = self.tools.clone();
+            tokio::spawn(async move { *tools.lock().await = None });
+        }
         self.listeners.deliver(&n);
     }
 
@@ -760,14 +793,14 @@ async fn drive(
 ) -> HttpResponse {
     loop {
         let up = tokio::select! {
-            r = &mut running.done => return complete(&app, &method, binding.as_ref(), id, r.ok().flatten()),
+            r = &mut running.done => return complete(&app, &method, binding.as_ref(), id, r.ok().flatten(), accepts),
             up = running.up.recv() => up,
         };
         match up {
             None => {
                 // The sink is gone: only the result can come now.
                 let r = (&mut running.done).await.ok().flatten();
-                return complete(&app, &method, binding.as_ref(), id, r);
+                return complete(&app, &method, binding.as_ref(), id, r, accepts);
             }
             Some(Up::Note(n)) => {
                 if accepts.sse {
@@ -972,9 +1005,21 @@ fn complete(
     binding: Option<&Binding>,
     id: RequestId,
     r: Option<Response>,
+    accepts: Accepts,
 ) -> HttpResponse {
     let (status, body) = final_message(app, method, binding, id, r);
-    json_body(status, body)
+    reply(status, body, accepts)
+}
+
+/// An answer in one write: an SSE event when the client takes SSE (as a server of
+/// this era usually answers a call), JSON otherwise and for HTTP-level errors.
+fn reply(status: StatusCode, body: String, accepts: Accepts) -> HttpResponse {
+    if status == StatusCode::OK && accepts.sse {
+        let event = crate::sse::message_event(None, &body);
+        with_sse_headers(HttpResponse::new(Body::from(event)))
+    } else {
+        json_body(status, body)
+    }
 }
 
 /// Streams the rest of a call as SSE: its notifications, then its result (or an
@@ -1221,13 +1266,26 @@ async fn upstream_subscription(
     method: &str,
     uri: &str,
 ) -> Result<(), String> {
+    own_request(app, internal, method, json!({ "uri": uri }))
+        .await
+        .map(|_| ())
+}
+
+/// A request Gantry itself makes on a principal's route (no client is asked
+/// anything); the result, or the error object as text.
+async fn own_request(
+    app: &App,
+    internal: &Internal,
+    method: &str,
+    params: Value,
+) -> Result<Value, String> {
     let Some(route) = internal.session.route() else {
         return Err("no route".into());
     };
     let req = Request {
-        id: RequestId::from_string("gantry-listen"),
+        id: RequestId::from_string("gantry"),
         method: method.to_owned(),
-        params: Some(to_raw(&json!({ "uri": uri }))),
+        params: Some(to_raw(&params)),
     };
     let ctx = crate::call::CallCtx {
         sink: internal.session.standalone_sink(),
@@ -1239,12 +1297,45 @@ async fn upstream_subscription(
         },
     };
     match app.router.dispatch(route, req, ctx).await {
-        Some(Response { outcome: Ok(_), .. }) => Ok(()),
+        Some(Response { outcome: Ok(r), .. }) => {
+            serde_json::from_str(r.get()).map_err(|e| e.to_string())
+        }
         Some(Response {
             outcome: Err(e), ..
         }) => Err(e.get().to_owned()),
         None => Err("cancelled".into()),
     }
+}
+
+/// The `x-mcp-header` declarations of the principal's tools, listed once and again
+/// after a `tools/list_changed`.
+async fn tool_headers(app: &App, internal: &Internal) -> Arc<ToolHeaders> {
+    let mut cached = internal.tools.lock().await;
+    if let Some(t) = cached.as_ref() {
+        return t.clone();
+    }
+    let mut all = ToolHeaders::new();
+    let mut cursor: Option<Value> = None;
+    for _ in 0..100 {
+        let mut params = json!({});
+        if let (Some(c), Some(p)) = (cursor.take(), params.as_object_mut()) {
+            p.insert("cursor".into(), c);
+        }
+        let Ok(page) = own_request(app, internal, "tools/list", params).await else {
+            // Unknown: nothing is checked (the backend still checks what it declares).
+            return Arc::new(all);
+        };
+        if let Some(tools) = page.get("tools").and_then(Value::as_array) {
+            crate::mcp_param::of_tools(tools, &mut all);
+        }
+        match page.get("nextCursor") {
+            Some(c) if !c.is_null() => cursor = Some(c.clone()),
+            _ => break,
+        }
+    }
+    let all = Arc::new(all);
+    *cached = Some(all.clone());
+    all
 }
 
 /// `subscriptions/listen`: a long-lived SSE stream, acknowledged first, fed by the

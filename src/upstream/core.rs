@@ -64,6 +64,8 @@ pub(crate) struct Outgoing {
     pub line: String,
     /// For requests: the upstream id (HTTP uses it to attribute the response stream).
     pub request_id: Option<u64>,
+    /// HTTP only: headers that go with this message (`Mcp-Param-*`).
+    pub headers: Vec<(String, String)>,
 }
 
 struct Pending {
@@ -109,6 +111,9 @@ pub(crate) struct Core {
     /// `subscriptions/listen` asks for their updates), and a nudge when they change.
     listen_uris: Mutex<std::collections::BTreeSet<String>>,
     listen_changed: tokio::sync::Notify,
+    /// Stateless-era HTTP backends: their tools' `Mcp-Param-*` declarations
+    /// (`None`: not listed since the last `tools/list_changed`).
+    tool_headers: Mutex<Option<Arc<crate::mcp_param::ToolHeaders>>>,
 }
 
 /// The stdin of one incarnation of a stdio backend.
@@ -183,6 +188,22 @@ impl Core {
         cancel: &CancellationToken,
         timeout: Duration,
     ) -> Result<Response, UpstreamError> {
+        self.request_with(gen, method, params, sink, cancel, timeout, Vec::new())
+            .await
+    }
+
+    /// [`Core::request`] with extra HTTP headers.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn request_with(
+        self: &Arc<Self>,
+        gen: u64,
+        method: &str,
+        params: Option<Box<RawValue>>,
+        sink: Option<Sink>,
+        cancel: &CancellationToken,
+        timeout: Duration,
+        headers: Vec<(String, String)>,
+    ) -> Result<Response, UpstreamError> {
         let id = self.next_id();
         let (params, client_progress) = rewrite_progress_token(params, id);
         let (tx, rx) = oneshot::channel();
@@ -239,6 +260,7 @@ impl Core {
                 gen,
                 line,
                 request_id: Some(id),
+                headers,
             })
             .await
             .is_err()
@@ -288,6 +310,7 @@ impl Core {
                 gen,
                 line,
                 request_id: None,
+                headers: Vec::new(),
             })
             .is_err()
         {
@@ -425,6 +448,13 @@ impl Core {
             }
             // A stateless-era backend acknowledging Gantry's listen: nothing for clients.
             "notifications/subscriptions/acknowledged" => {}
+            "notifications/tools/list_changed" => {
+                *lock(&self.tool_headers) = None;
+                match self.owner() {
+                    Some(sink) => sink.notify(n),
+                    None => self.drop_unattributed("notification"),
+                }
+            }
             "notifications/message" => match self.attribute(related).or_else(|| self.owner()) {
                 Some(sink) => sink.notify(n),
                 None => self.drop_unattributed("log message"),
@@ -786,6 +816,7 @@ impl Conn {
             direct: cfg.stdio.is_some(),
             listen_uris: Mutex::new(std::collections::BTreeSet::new()),
             listen_changed: tokio::sync::Notify::new(),
+            tool_headers: Mutex::new(None),
         });
         core.stats.track(&core);
         let shutdown = CancellationToken::new();
@@ -908,17 +939,23 @@ impl Conn {
             _ => {}
         }
         let base = for_stateless_era(params, &ctx.client);
+        let headers = if method == "tools/call" && !self.core.direct {
+            self.param_headers(gen, &base).await
+        } else {
+            Vec::new()
+        };
         let mut params = Some(to_raw(&base));
         for _ in 0..MAX_INPUT_ROUNDS {
             let resp = self
                 .core
-                .request(
+                .request_with(
                     gen,
                     method,
                     params.take(),
                     Some(ctx.sink.clone()),
                     &ctx.cancel,
                     deadline.saturating_duration_since(tokio::time::Instant::now()),
+                    headers.clone(),
                 )
                 .await?;
             if ctx.client.stateless {
@@ -961,6 +998,74 @@ impl Conn {
             backend: self.core.name.clone(),
             reason: format!("still asking for input after {MAX_INPUT_ROUNDS} rounds"),
         })
+    }
+
+    /// The `Mcp-Param-*` headers of a `tools/call` to a stateless-era HTTP backend,
+    /// from the tool's `x-mcp-header` declarations (listed from the backend once,
+    /// and again after it announces a change).
+    async fn param_headers(
+        &self,
+        gen: u64,
+        params: &serde_json::Map<String, serde_json::Value>,
+    ) -> Vec<(String, String)> {
+        let Some(name) = params.get("name").and_then(serde_json::Value::as_str) else {
+            return Vec::new();
+        };
+        let known = lock(&self.core.tool_headers).clone();
+        let declared = match known {
+            Some(d) => d,
+            None => {
+                let d = Arc::new(self.list_tool_headers(gen).await);
+                *lock(&self.core.tool_headers) = Some(d.clone());
+                d
+            }
+        };
+        let Some(mirrored) = declared.get(name) else {
+            return Vec::new();
+        };
+        let arguments = params
+            .get("arguments")
+            .cloned()
+            .unwrap_or(serde_json::Value::Null);
+        crate::mcp_param::headers_for(mirrored, &arguments)
+    }
+
+    async fn list_tool_headers(&self, gen: u64) -> crate::mcp_param::ToolHeaders {
+        let mut all = crate::mcp_param::ToolHeaders::new();
+        let never = CancellationToken::new();
+        let mut cursor: Option<serde_json::Value> = None;
+        for _ in 0..100 {
+            let mut params = serde_json::json!({ "_meta": own_meta(&self.core) });
+            if let (Some(c), Some(p)) = (cursor.take(), params.as_object_mut()) {
+                p.insert("cursor".into(), c);
+            }
+            let resp = self
+                .core
+                .request(
+                    gen,
+                    "tools/list",
+                    Some(to_raw(&params)),
+                    None,
+                    &never,
+                    self.core.request_timeout,
+                )
+                .await;
+            let Some(page) = resp
+                .ok()
+                .and_then(|r| r.outcome.ok())
+                .and_then(|r| parse_object(Some(&r)))
+            else {
+                break;
+            };
+            if let Some(tools) = page.get("tools").and_then(serde_json::Value::as_array) {
+                crate::mcp_param::of_tools(tools, &mut all);
+            }
+            match page.get("nextCursor") {
+                Some(c) if !c.is_null() => cursor = Some(c.clone()),
+                _ => break,
+            }
+        }
+        all
     }
 
     /// Waits for an in-flight slot when the connection has a limit: immediately

@@ -147,7 +147,10 @@ impl Session {
             }
         };
         let had_session = read(&self.id).is_some();
-        let rb = self.stateless_headers(self.request(reqwest::Method::POST), &msg.line);
+        let mut rb = self.stateless_headers(self.request(reqwest::Method::POST), &msg.line);
+        for (k, v) in &msg.headers {
+            rb = rb.header(k.as_str(), v.as_str());
+        }
         let resp = rb
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .header(

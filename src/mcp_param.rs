@@ -1,0 +1,278 @@
+//! `Mcp-Param-*` headers (2026-07-28): a tool's input schema may mark primitive
+//! properties with `"x-mcp-header": "Name"`; clients then mirror the argument's value
+//! into the header `Mcp-Param-Name`, and servers (and gateways routing on them) check
+//! that header and body agree. Gantry does both: it checks what stateless-era
+//! clients send, and sends the headers to stateless-era HTTP backends. No I/O here.
+
+use serde_json::Value;
+use std::collections::HashMap;
+
+/// The kinds of value a header can mirror.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    String,
+    Integer,
+    Boolean,
+}
+
+/// One property of a tool's input mirrored into a header.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParamHeader {
+    /// The name after `Mcp-Param-`, as declared.
+    pub name: String,
+    /// Property names from the arguments object down to the value.
+    pub path: Vec<String>,
+    pub kind: Kind,
+}
+
+/// Tool name → its mirrored properties (tools without any are left out).
+pub type ToolHeaders = HashMap<String, Vec<ParamHeader>>;
+
+/// Whether `s` is an RFC 9110 token.
+fn is_token(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+/// The mirrored properties of one input schema (reached through `properties` only,
+/// as the spec allows). Invalid or duplicate declarations are ignored.
+pub fn of_schema(schema: &Value) -> Vec<ParamHeader> {
+    let mut out = Vec::new();
+    collect(schema, &mut Vec::new(), &mut out, 0);
+    let mut seen = std::collections::HashSet::new();
+    out.retain(|p| seen.insert(p.name.to_ascii_lowercase()));
+    out
+}
+
+fn collect(schema: &Value, path: &mut Vec<String>, out: &mut Vec<ParamHeader>, depth: usize) {
+    let Some(props) = schema.get("properties").and_then(Value::as_object) else {
+        return;
+    };
+    if depth > 8 {
+        return;
+    }
+    for (key, prop) in props {
+        path.push(key.clone());
+        if let Some(name) = prop.get("x-mcp-header").and_then(Value::as_str) {
+            let kind = match prop.get("type").and_then(Value::as_str) {
+                Some("string") => Some(Kind::String),
+                Some("integer") => Some(Kind::Integer),
+                Some("boolean") => Some(Kind::Boolean),
+                _ => None,
+            };
+            if let (Some(kind), true) = (kind, is_token(name)) {
+                out.push(ParamHeader {
+                    name: name.to_owned(),
+                    path: path.clone(),
+                    kind,
+                });
+            }
+        } else {
+            collect(prop, path, out, depth + 1);
+        }
+        path.pop();
+    }
+}
+
+/// The mirrored properties of every tool in a `tools/list` result's `tools`.
+pub fn of_tools(tools: &[Value], into: &mut ToolHeaders) {
+    for t in tools {
+        let (Some(name), Some(schema)) =
+            (t.get("name").and_then(Value::as_str), t.get("inputSchema"))
+        else {
+            continue;
+        };
+        let headers = of_schema(schema);
+        if !headers.is_empty() {
+            into.insert(name.to_owned(), headers);
+        }
+    }
+}
+
+fn value_at<'a>(arguments: &'a Value, path: &[String]) -> Option<&'a Value> {
+    path.iter()
+        .try_fold(arguments, |v, k| v.get(k))
+        .filter(|v| !v.is_null())
+}
+
+/// The header value a client sends for `v` (`None`: no header).
+pub fn encode(v: &Value) -> Option<String> {
+    use base64::Engine as _;
+    let text = match v {
+        Value::String(s) => s.clone(),
+        Value::Number(n) if n.is_i64() || n.is_u64() => n.to_string(),
+        Value::Bool(b) => b.to_string(),
+        _ => return None,
+    };
+    let plain = text.bytes().all(|b| (0x20..0x7f).contains(&b))
+        && !text.starts_with([' ', '\t'])
+        && !text.ends_with([' ', '\t'])
+        && !text.starts_with("=?base64?");
+    Some(if plain {
+        text
+    } else {
+        format!(
+            "=?base64?{}?=",
+            base64::engine::general_purpose::STANDARD.encode(text.as_bytes())
+        )
+    })
+}
+
+/// Decodes a header value as the spec compares it: surrounding whitespace trimmed,
+/// `=?base64?…?=` decoded strictly. `None`: not a valid value.
+pub fn decode(raw: &[u8]) -> Option<String> {
+    use base64::Engine as _;
+    let v = std::str::from_utf8(raw).ok()?.trim_matches([' ', '\t']);
+    if v.bytes().any(|b| b < 0x20 || b == 0x7f) {
+        return None;
+    }
+    match v
+        .strip_prefix("=?base64?")
+        .and_then(|r| r.strip_suffix("?="))
+    {
+        Some(encoded) => {
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(encoded)
+                .ok()?;
+            String::from_utf8(bytes).ok()
+        }
+        None => Some(v.to_owned()),
+    }
+}
+
+/// The headers a client sends for a call with `arguments`.
+pub fn headers_for(params: &[ParamHeader], arguments: &Value) -> Vec<(String, String)> {
+    params
+        .iter()
+        .filter_map(|p| {
+            let v = value_at(arguments, &p.path)?;
+            Some((
+                format!("mcp-param-{}", p.name.to_ascii_lowercase()),
+                encode(v)?,
+            ))
+        })
+        .collect()
+}
+
+/// Checks the `Mcp-Param-*` headers of a call against its arguments. `header` looks
+/// a header up by its (lowercase) name. The error says what disagrees.
+pub fn check<'h>(
+    params: &[ParamHeader],
+    arguments: &Value,
+    header: impl Fn(&str) -> Option<&'h [u8]>,
+) -> Result<(), String> {
+    for p in params {
+        let name = format!("mcp-param-{}", p.name.to_ascii_lowercase());
+        let body = value_at(arguments, &p.path);
+        let sent = header(&name);
+        let shown = format!("Mcp-Param-{}", p.name);
+        match (sent, body) {
+            (None, None) => {}
+            (None, Some(_)) => return Err(format!("the {shown} header is required")),
+            (Some(_), None) => {
+                return Err(format!("{shown} header is set but the argument is absent"))
+            }
+            (Some(raw), Some(v)) => {
+                let Some(h) = decode(raw) else {
+                    return Err(format!("the {shown} header value is not valid"));
+                };
+                let agrees = match (p.kind, v) {
+                    (Kind::String, Value::String(s)) => h == *s,
+                    (Kind::Integer, Value::Number(n)) => {
+                        h.parse::<i64>()
+                            .ok()
+                            .zip(n.as_i64())
+                            .is_some_and(|(a, b)| a == b)
+                            || h.parse::<u64>()
+                                .ok()
+                                .zip(n.as_u64())
+                                .is_some_and(|(a, b)| a == b)
+                    }
+                    (Kind::Boolean, Value::Bool(b)) => h == b.to_string(),
+                    // The body has another type than the schema says: the backend
+                    // will judge the argument; the header cannot agree with it.
+                    _ => false,
+                };
+                if !agrees {
+                    return Err(format!(
+                        "{shown} header value '{}' does not match body value",
+                        h.chars().take(80).collect::<String>()
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::indexing_slicing
+    )]
+    use super::*;
+    use serde_json::json;
+
+    fn schema() -> Value {
+        json!({"type": "object", "properties": {
+            "region": {"type": "string", "x-mcp-header": "Region"},
+            "priority": {"type": "integer", "x-mcp-header": "Priority"},
+            "flag": {"type": "boolean", "x-mcp-header": "Flag"},
+            "bad": {"type": "number", "x-mcp-header": "Bad"},
+            "nested": {"type": "object", "properties": {"zone": {"type": "string", "x-mcp-header": "Zone"}}},
+            "list": {"type": "array", "items": {"type": "string", "x-mcp-header": "Item"}},
+            "plain": {"type": "string"}
+        }})
+    }
+
+    #[test]
+    fn declarations_are_read_through_properties_only() {
+        let names: Vec<String> = of_schema(&schema()).into_iter().map(|p| p.name).collect();
+        assert_eq!(names, ["Region", "Priority", "Flag", "Zone"]);
+    }
+
+    #[test]
+    fn what_a_client_sends_a_server_accepts() {
+        let params = of_schema(&schema());
+        let args =
+            json!({"region": "eu-west", "priority": 3, "flag": true, "nested": {"zone": "  é  "}});
+        let sent: HashMap<String, String> = headers_for(&params, &args).into_iter().collect();
+        assert_eq!(sent["mcp-param-region"], "eu-west");
+        assert_eq!(sent["mcp-param-priority"], "3");
+        assert_eq!(sent["mcp-param-flag"], "true");
+        assert!(sent["mcp-param-zone"].starts_with("=?base64?"));
+        assert_eq!(
+            check(&params, &args, |n| sent.get(n).map(|v| v.as_bytes())),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn mismatches_are_refused() {
+        let params = of_schema(&schema());
+        let args = json!({"region": "Hello"});
+        let with =
+            |v: &'static str| move |n: &str| (n == "mcp-param-region").then_some(v.as_bytes());
+        assert!(check(&params, &args, with("=?base64?SGVsbG8=?=")).is_ok());
+        assert!(check(&params, &args, with("  Hello ")).is_ok());
+        assert!(check(&params, &args, with("SGVsbG8=")).is_err());
+        assert!(
+            check(&params, &args, with("=?base64?SGVsbG8?=")).is_err(),
+            "bad padding"
+        );
+        assert!(
+            check(&params, &args, with("=?base64?SGVs!!!bG8=?=")).is_err(),
+            "bad characters"
+        );
+        assert!(check(&params, &args, |_| None).is_err(), "missing header");
+        assert!(
+            check(&params, &json!({}), with("Hello")).is_err(),
+            "header without argument"
+        );
+        assert!(check(&params, &json!({}), |_| None).is_ok());
+    }
+}
