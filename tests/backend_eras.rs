@@ -1,0 +1,274 @@
+//! Backends of the stateless era (2026-07-28) behind Gantry: detection, per-request
+//! `_meta`, `input_required` translated for session-era clients and relayed (sealed)
+//! to stateless-era ones, list changes from the backend's listen stream. The backend
+//! is `tests/fixtures/stateless_server.py`, a real process that refuses anything
+//! without 2026 `_meta`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+
+mod common;
+
+use common::{call_answering, fixture, metric_until, Client, Gantry};
+use serde_json::{json, Value};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+const PROMPT: Duration = Duration::from_secs(10);
+
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(tag: &str) -> Self {
+        let d = std::env::temp_dir().join(format!(
+            "gantry-eras-{tag}-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos()
+        ));
+        std::fs::create_dir_all(&d).unwrap();
+        Self(d)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn recorded(file: &PathBuf) -> Vec<Value> {
+    std::fs::read_to_string(file)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+fn stateless_backend(record: &PathBuf, extra: &str) -> Gantry {
+    Gantry::with_config(&format!(
+        "{extra}\n[[backends]]\nname = \"modern\"\n\
+         stdio = {{ command = \"python3\", args = [{:?}], env = {{ MB_RECORD = {:?} }} }}\n",
+        fixture("stateless_server.py").to_str().unwrap(),
+        record.to_str().unwrap()
+    ))
+}
+
+fn text_of(resp: &Value) -> String {
+    resp["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[tokio::test]
+async fn a_stateless_backend_is_detected_and_told_the_client_on_every_request() {
+    let dir = Scratch::new("detect");
+    let record = dir.0.join("received.jsonl");
+    let g = stateless_backend(&record, "");
+    let mut c = g.client();
+    let init = c.initialize_with(json!({"elicitation": {}, "roots": {}})).await;
+    assert_eq!(init["result"]["serverInfo"]["name"], "stateless-fixture", "{init}");
+
+    let r = c.call_tool(json!(1), "echo", json!({"message": "hi"})).await;
+    assert_eq!(text_of(&r), "hi", "{r}");
+    // Session-era clients see session-era results.
+    assert!(r["result"].get("resultType").is_none(), "{r}");
+    let r = c.call_tool(json!(2), "caps", json!({})).await;
+    let caps: Value = serde_json::from_str(&text_of(&r)).unwrap();
+    assert_eq!(caps, json!({"elicitation": {}, "roots": {}}), "the session's own capabilities");
+
+    let msgs = recorded(&record);
+    assert_eq!(msgs[0]["method"], "server/discover", "{msgs:?}");
+    assert!(msgs.iter().all(|m| m["method"] != "initialize"), "{msgs:?}");
+    let call = msgs
+        .iter()
+        .find(|m| m["method"] == "tools/call" && m["params"]["name"] == "echo")
+        .unwrap();
+    let meta = &call["params"]["_meta"];
+    assert_eq!(meta["io.modelcontextprotocol/protocolVersion"], "2026-07-28", "{call}");
+    // ping and setLevel are answered by Gantry: the stateless era has neither.
+    assert_eq!(c.request(json!(3), "ping", json!({})).await.status, 200);
+    let r = c
+        .request(json!(4), "logging/setLevel", json!({"level": "info"}))
+        .await;
+    assert!(r.response(&json!(4)).unwrap().get("error").is_none(), "{}", r.raw);
+    assert!(recorded(&record)
+        .iter()
+        .all(|m| m["method"] != "ping" && m["method"] != "logging/setLevel"));
+}
+
+#[tokio::test]
+async fn a_session_client_answers_a_stateless_backends_input_request_as_a_server_request() {
+    let dir = Scratch::new("mrtr");
+    let record = dir.0.join("received.jsonl");
+    let g = stateless_backend(&record, "");
+    let mut c = g.client();
+    c.initialize_with(json!({"elicitation": {}})).await;
+    let answer = json!({"action": "accept", "content": {"text": "blue"}});
+    let (asked, resp) = tokio::time::timeout(
+        PROMPT,
+        call_answering(&c, json!("q"), "ask", json!({"question": "Colour?"}), answer),
+    )
+    .await
+    .unwrap();
+    // The client saw one ordinary elicitation request, then the call's result.
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert_eq!(asked[0]["method"], "elicitation/create");
+    assert_eq!(asked[0]["params"]["message"], "Colour?");
+    assert_eq!(resp["id"], "q");
+    assert_eq!(
+        text_of(&resp),
+        "answer: {\"action\": \"accept\", \"content\": {\"text\": \"blue\"}}",
+        "{resp}"
+    );
+    assert!(resp["result"].get("resultType").is_none(), "{resp}");
+    // The backend got the retry with the answer and its own state echoed.
+    let retry = recorded(&record)
+        .into_iter()
+        .find(|m| m["method"] == "tools/call" && m["params"].get("inputResponses").is_some())
+        .unwrap();
+    assert_eq!(retry["params"]["requestState"], "s1:Colour?", "{retry}");
+
+    // A session that did not declare elicitation gets a clear error, nobody is asked.
+    let mut plain = g.client();
+    plain.initialize().await;
+    let (asked, resp) = call_answering(
+        &plain,
+        json!(1),
+        "ask",
+        json!({"question": "?"}),
+        json!({}),
+    )
+    .await;
+    assert!(asked.is_empty());
+    assert!(resp["error"]["message"].as_str().unwrap().contains("elicitation"), "{resp}");
+}
+
+/// A stateless-era client of a stateless-era backend.
+async fn stateless_call(g: &Gantry, key: &str, id: i64, args: Value, extra: Value) -> Value {
+    let mut params = json!({"name": "ask", "arguments": args, "_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}},
+    }});
+    for (k, v) in extra.as_object().unwrap() {
+        params[k] = v.clone();
+    }
+    let resp = reqwest::Client::new()
+        .post(&g.url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", "ask")
+        .bearer_auth(key)
+        .body(json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params}).to_string())
+        .send()
+        .await
+        .unwrap();
+    let r = Client::read(resp).await;
+    r.response(&json!(id)).cloned().unwrap_or_else(|| panic!("{}", r.raw))
+}
+
+fn sha256_hex(s: &str) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(s.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_stateless_backends_request_state_is_sealed_for_its_caller() {
+    let dir = Scratch::new("sealed");
+    let record = dir.0.join("received.jsonl");
+    let keys = format!(
+        "[[auth.api_keys]]\nprincipal = \"alice\"\nsha256 = \"{}\"\n\
+         [[auth.api_keys]]\nprincipal = \"bob\"\nsha256 = \"{}\"\n",
+        sha256_hex("alice-key"),
+        sha256_hex("bob-key")
+    );
+    let g = stateless_backend(&record, &keys);
+    let args = json!({"question": "Name?"});
+    let first = stateless_call(&g, "alice-key", 1, args.clone(), json!({})).await;
+    let result = &first["result"];
+    assert_eq!(result["resultType"], "input_required", "{first}");
+    assert_eq!(result["inputRequests"]["answer"]["method"], "elicitation/create");
+    let state = result["requestState"].as_str().unwrap().to_owned();
+    assert_ne!(state, "s1:Name?", "the backend's state is not handed out as is");
+
+    let answer = json!({"inputResponses": {"answer": {"action": "accept", "content": {"text": "Ada"}}}});
+    let with_state = |s: &str| {
+        let mut a = answer.clone();
+        a["requestState"] = json!(s);
+        a
+    };
+    let r = stateless_call(&g, "bob-key", 2, args.clone(), with_state(&state)).await;
+    assert_eq!(r["error"]["code"], -32602, "another principal: {r}");
+    let r = stateless_call(&g, "alice-key", 3, args.clone(), with_state(&format!("{state}x"))).await;
+    assert_eq!(r["error"]["code"], -32602, "tampered: {r}");
+    let r = stateless_call(&g, "alice-key", 4, args.clone(), with_state(&state)).await;
+    assert_eq!(r["result"]["resultType"], "complete", "{r}");
+    assert!(text_of(&r).contains("Ada"), "{r}");
+    // The backend only ever saw its own state.
+    let states: Vec<Value> = recorded(&record)
+        .into_iter()
+        .filter_map(|m| m["params"].get("requestState").cloned())
+        .collect();
+    assert_eq!(states, [json!("s1:Name?")], "{states:?}");
+}
+
+#[tokio::test]
+async fn list_changes_from_a_stateless_backend_reach_session_clients() {
+    let dir = Scratch::new("listen");
+    let record = dir.0.join("received.jsonl");
+    let g = stateless_backend(&record, "");
+    let mut c = g.client();
+    c.initialize().await;
+    // The listen Gantry keeps open on the backend.
+    let deadline = Instant::now() + PROMPT;
+    while !recorded(&record)
+        .iter()
+        .any(|m| m["method"] == "subscriptions/listen")
+    {
+        assert!(Instant::now() < deadline, "no listen reached the backend");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let get = c
+        .http
+        .get(&c.url)
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", c.session.clone().unwrap())
+        .header("mcp-protocol-version", "2025-11-25")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(get.status(), 200);
+    let r = c.call_tool(json!(1), "change", json!({})).await;
+    assert_eq!(text_of(&r), "changed");
+    let mut body = get;
+    let mut parser = gantry::sse::Parser::new(1 << 20);
+    let end = Instant::now() + PROMPT;
+    let got = loop {
+        let chunk = tokio::time::timeout_at(end.into(), body.chunk())
+            .await
+            .expect("no list_changed on the GET stream")
+            .unwrap()
+            .unwrap();
+        let evs = parser.feed(&chunk).unwrap();
+        if let Some(m) = evs
+            .iter()
+            .filter(|e| !e.data.trim().is_empty())
+            .map(|e| serde_json::from_str::<Value>(&e.data).unwrap())
+            .find(|m| m["method"] == "notifications/tools/list_changed")
+        {
+            break m;
+        }
+    };
+    assert!(got.get("id").is_none(), "{got}");
+    // Gantry's listen is its own: not a client request waiting on the backend.
+    assert!(
+        metric_until(&g, "gantry_backend_pending_requests{backend=\"modern\"}", |n| n == 0.0).await
+    );
+}
