@@ -457,7 +457,9 @@ pub async fn call_answering(
     let mut asked = Vec::new();
     let end = Instant::now() + Duration::from_secs(20);
     while Instant::now() < end {
-        let Ok(Some(Ok(chunk))) = tokio::time::timeout_at(end.into(), futures::StreamExt::next(&mut body)).await else {
+        let Ok(Some(Ok(chunk))) =
+            tokio::time::timeout_at(end.into(), futures::StreamExt::next(&mut body)).await
+        else {
             break;
         };
         for ev in parser.feed(&chunk).unwrap() {
