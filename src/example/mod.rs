@@ -14,6 +14,7 @@
 mod fixtures;
 mod input_required;
 mod mrtr;
+mod peer_tools;
 mod server;
 mod session_era_only;
 mod sessions;

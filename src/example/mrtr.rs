@@ -252,6 +252,16 @@ impl Round<'_> {
         Ok(result.map(|result| result.roots))
     }
 
+    /// `-32021` unless the client declared `capability` (in this request's `_meta`
+    /// in the stateless era).
+    pub fn require(&self, capability: Capability) -> Result<(), ErrorData> {
+        if capability.declared_by(self.capabilities) {
+            Ok(())
+        } else {
+            Err(missing_capabilities(&[capability]))
+        }
+    }
+
     /// The questions the client can answer (it declared their capability).
     pub fn answerable<'a>(&self, asks: &'a [(&'static str, Ask)]) -> Vec<&'a (&'static str, Ask)> {
         asks.iter()
@@ -326,12 +336,13 @@ pub enum Outcome<T> {
     InputRequired(InputRequiredResult),
 }
 
-/// Runs one round of `fixture` for a stateless (2026-07-28) request.
+/// Runs one round of `fixture` (a [`Fixture`] or a closure over the request's
+/// arguments) for a stateless (2026-07-28) request.
 pub fn run_stateless<T>(
     server: &ServerState,
     retry: Retry,
     capabilities: &ClientCapabilities,
-    fixture: Fixture<T>,
+    fixture: impl FnOnce(&Round<'_>) -> Result<Step<T>, ErrorData>,
 ) -> Result<Outcome<T>, ErrorData> {
     let state = match &retry.request_state {
         None => None,

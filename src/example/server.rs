@@ -3,8 +3,9 @@
 //! One handler serves both protocol eras. rmcp decides the era of each request
 //! (an `initialize`d session, or a stateless 2026-07-28 request carrying its own
 //! `_meta`); the handler asks [`is_stateless`] where the behaviour differs:
-//! logging is per request, MRTR fixtures return `InputRequiredResult` instead of
-//! sending requests to the client, cacheable results carry caching hints, and
+//! logging is per request, MRTR fixtures and the tools that ask the client
+//! (`peer_tools.rs`) return `InputRequiredResult` instead of sending requests to
+//! the client, cacheable results carry caching hints, and
 //! list changes reach `subscriptions/listen` streams instead of the session.
 
 // rmcp 3.11 marks logging, sampling and roots as deprecated (SEP-2577 drops
@@ -48,6 +49,7 @@ use crate::example::{
     fixtures::{self, PNG_BASE64, WAV_BASE64},
     input_required,
     mrtr::{self, Fixture, Outcome, Retry, SessionFailure},
+    peer_tools::{self, PeerTool},
     sessions::{ReconnectableSessions, StreamClosed},
     state::{Eras, ListChange, ServerState},
 };
@@ -293,14 +295,39 @@ fn string_argument<'a>(arguments: &'a JsonObject, name: &str) -> Option<&'a str>
 }
 
 impl ExampleServer {
-    async fn sampling(
+    /// A tool that asks the client one question ([`PeerTool`]): in the session
+    /// era a real request to the client; in the stateless era an
+    /// `InputRequiredResult` round carrying the same request.
+    async fn peer_tool(
         &self,
+        tool: PeerTool,
         arguments: &JsonObject,
+        retry: Retry,
         context: &RequestContext<RoleServer>,
-    ) -> CallToolResult {
-        let Some(prompt) = string_argument(arguments, "prompt") else {
-            return error_result("Missing required string argument: prompt");
+    ) -> Result<CallToolResponse, ErrorData> {
+        if is_stateless(context) {
+            let capabilities = context.client_capabilities().unwrap_or_default();
+            let outcome = mrtr::run_stateless(&self.state, retry, &capabilities, |round| {
+                tool.round(arguments, round)
+            })?;
+            return Ok(outcome.into());
+        }
+        let result = match tool {
+            PeerTool::Sampling { prompt } => self.sampling(&prompt, context).await,
+            PeerTool::Elicitation {
+                message,
+                schema,
+                result_prefix,
+            } => {
+                self.elicitation(&message, schema, result_prefix, context)
+                    .await
+            }
         };
+        Ok(result.into())
+    }
+
+    /// Session era: `test_sampling` asks the client's LLM.
+    async fn sampling(&self, prompt: &str, context: &RequestContext<RoleServer>) -> CallToolResult {
         let supported = context
             .peer
             .peer_info()
@@ -310,17 +337,20 @@ impl ExampleServer {
                 "Sampling not supported: the client did not declare the sampling capability",
             );
         }
-        let request =
-            CreateMessageRequestParams::new(vec![SamplingMessage::user_text(prompt)], 100);
+        let request = CreateMessageRequestParams::new(
+            vec![SamplingMessage::user_text(prompt)],
+            peer_tools::SAMPLING_MAX_TOKENS,
+        );
         match context.peer.create_message(request).await {
             Ok(result) => {
                 let content = serde_json::to_value(&result.message.content).unwrap_or_default();
-                text_result(format!("LLM response: {}", mrtr::sampled_text(&content)))
+                text_result(peer_tools::sampling_content_text(&content))
             }
             Err(error) => error_result(format!("Sampling failed: {error}")),
         }
     }
 
+    /// Session era: an elicitation tool asks the user.
     async fn elicitation(
         &self,
         message: &str,
@@ -347,14 +377,7 @@ impl ExampleServer {
             requested_schema,
         };
         match context.peer.create_elicitation(request).await {
-            Ok(result) => {
-                let action = serde_json::to_value(result.action).unwrap_or_default();
-                let action = action.as_str().unwrap_or("unknown");
-                let content = result.content.unwrap_or_else(|| json!({}));
-                text_result(format!(
-                    "{result_prefix}: action={action}, content={content}"
-                ))
-            }
+            Ok(result) => text_result(peer_tools::elicitation_text(result_prefix, &result)),
             Err(error) => error_result(format!("Elicitation failed: {error}")),
         }
     }
@@ -627,6 +650,12 @@ impl ServerHandler for ExampleServer {
             return Ok(self.input_required(retry, &context, fixture).await?.into());
         }
         let arguments = request.arguments.unwrap_or_default();
+        if let Some(tool) = PeerTool::of(&request.name, &arguments) {
+            return match tool {
+                Ok(tool) => self.peer_tool(tool, &arguments, retry, &context).await,
+                Err(message) => Ok(error_result(message).into()),
+            };
+        }
         let result = match request.name.as_ref() {
             "echo" => match string_argument(&arguments, "message") {
                 Some(message) => text_result(message),
@@ -670,37 +699,6 @@ impl ServerHandler for ExampleServer {
             "test_tool_with_progress" => self.progress(&context).await,
             "test_error_handling" => {
                 error_result("This tool intentionally returns an error for testing")
-            }
-            "test_sampling" => self.sampling(&arguments, &context).await,
-            "test_elicitation" => {
-                let Some(message) = string_argument(&arguments, "message") else {
-                    return Ok(error_result("Missing required string argument: message").into());
-                };
-                self.elicitation(
-                    message,
-                    fixtures::elicitation_schema(),
-                    "User response",
-                    &context,
-                )
-                .await
-            }
-            "test_elicitation_sep1034_defaults" => {
-                self.elicitation(
-                    "Please review and update the form fields with defaults",
-                    fixtures::elicitation_defaults_schema(),
-                    "Elicitation completed",
-                    &context,
-                )
-                .await
-            }
-            "test_elicitation_sep1330_enums" => {
-                self.elicitation(
-                    "Please select options from the enum fields",
-                    fixtures::elicitation_enums_schema(),
-                    "Elicitation completed",
-                    &context,
-                )
-                .await
             }
             "test_reconnection" => self.reconnection(&context).await,
             "json_schema_2020_12_tool" => text_result(format!(
