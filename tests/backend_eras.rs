@@ -4,7 +4,12 @@
 //! is `tests/fixtures/stateless_server.py`, a real process that refuses anything
 //! without 2026 `_meta`.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 mod common;
 
@@ -38,7 +43,7 @@ impl Drop for Scratch {
     }
 }
 
-fn recorded(file: &PathBuf) -> Vec<Value> {
+fn recorded(file: &std::path::Path) -> Vec<Value> {
     std::fs::read_to_string(file)
         .unwrap_or_default()
         .lines()
@@ -46,7 +51,7 @@ fn recorded(file: &PathBuf) -> Vec<Value> {
         .collect()
 }
 
-fn stateless_backend(record: &PathBuf, extra: &str) -> Gantry {
+fn stateless_backend(record: &std::path::Path, extra: &str) -> Gantry {
     Gantry::with_config(&format!(
         "{extra}\n[[backends]]\nname = \"modern\"\n\
          stdio = {{ command = \"python3\", args = [{:?}], env = {{ MB_RECORD = {:?} }} }}\n",
@@ -68,16 +73,27 @@ async fn a_stateless_backend_is_detected_and_told_the_client_on_every_request() 
     let record = dir.0.join("received.jsonl");
     let g = stateless_backend(&record, "");
     let mut c = g.client();
-    let init = c.initialize_with(json!({"elicitation": {}, "roots": {}})).await;
-    assert_eq!(init["result"]["serverInfo"]["name"], "stateless-fixture", "{init}");
+    let init = c
+        .initialize_with(json!({"elicitation": {}, "roots": {}}))
+        .await;
+    assert_eq!(
+        init["result"]["serverInfo"]["name"], "stateless-fixture",
+        "{init}"
+    );
 
-    let r = c.call_tool(json!(1), "echo", json!({"message": "hi"})).await;
+    let r = c
+        .call_tool(json!(1), "echo", json!({"message": "hi"}))
+        .await;
     assert_eq!(text_of(&r), "hi", "{r}");
     // Session-era clients see session-era results.
     assert!(r["result"].get("resultType").is_none(), "{r}");
     let r = c.call_tool(json!(2), "caps", json!({})).await;
     let caps: Value = serde_json::from_str(&text_of(&r)).unwrap();
-    assert_eq!(caps, json!({"elicitation": {}, "roots": {}}), "the session's own capabilities");
+    assert_eq!(
+        caps,
+        json!({"elicitation": {}, "roots": {}}),
+        "the session's own capabilities"
+    );
 
     let msgs = recorded(&record);
     assert_eq!(msgs[0]["method"], "server/discover", "{msgs:?}");
@@ -87,13 +103,20 @@ async fn a_stateless_backend_is_detected_and_told_the_client_on_every_request() 
         .find(|m| m["method"] == "tools/call" && m["params"]["name"] == "echo")
         .unwrap();
     let meta = &call["params"]["_meta"];
-    assert_eq!(meta["io.modelcontextprotocol/protocolVersion"], "2026-07-28", "{call}");
+    assert_eq!(
+        meta["io.modelcontextprotocol/protocolVersion"], "2026-07-28",
+        "{call}"
+    );
     // ping and setLevel are answered by Gantry: the stateless era has neither.
     assert_eq!(c.request(json!(3), "ping", json!({})).await.status, 200);
     let r = c
         .request(json!(4), "logging/setLevel", json!({"level": "info"}))
         .await;
-    assert!(r.response(&json!(4)).unwrap().get("error").is_none(), "{}", r.raw);
+    assert!(
+        r.response(&json!(4)).unwrap().get("error").is_none(),
+        "{}",
+        r.raw
+    );
     assert!(recorded(&record)
         .iter()
         .all(|m| m["method"] != "ping" && m["method"] != "logging/setLevel"));
@@ -109,7 +132,13 @@ async fn a_session_client_answers_a_stateless_backends_input_request_as_a_server
     let answer = json!({"action": "accept", "content": {"text": "blue"}});
     let (asked, resp) = tokio::time::timeout(
         PROMPT,
-        call_answering(&c, json!("q"), "ask", json!({"question": "Colour?"}), answer),
+        call_answering(
+            &c,
+            json!("q"),
+            "ask",
+            json!({"question": "Colour?"}),
+            answer,
+        ),
     )
     .await
     .unwrap();
@@ -134,16 +163,16 @@ async fn a_session_client_answers_a_stateless_backends_input_request_as_a_server
     // A session that did not declare elicitation gets a clear error, nobody is asked.
     let mut plain = g.client();
     plain.initialize().await;
-    let (asked, resp) = call_answering(
-        &plain,
-        json!(1),
-        "ask",
-        json!({"question": "?"}),
-        json!({}),
-    )
-    .await;
+    let (asked, resp) =
+        call_answering(&plain, json!(1), "ask", json!({"question": "?"}), json!({})).await;
     assert!(asked.is_empty());
-    assert!(resp["error"]["message"].as_str().unwrap().contains("elicitation"), "{resp}");
+    assert!(
+        resp["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("elicitation"),
+        "{resp}"
+    );
 }
 
 /// A stateless-era client of a stateless-era backend.
@@ -163,12 +192,17 @@ async fn stateless_call(g: &Gantry, key: &str, id: i64, args: Value, extra: Valu
         .header("mcp-method", "tools/call")
         .header("mcp-name", "ask")
         .bearer_auth(key)
-        .body(json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params}).to_string())
+        .body(
+            json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params})
+                .to_string(),
+        )
         .send()
         .await
         .unwrap();
     let r = Client::read(resp).await;
-    r.response(&json!(id)).cloned().unwrap_or_else(|| panic!("{}", r.raw))
+    r.response(&json!(id))
+        .cloned()
+        .unwrap_or_else(|| panic!("{}", r.raw))
 }
 
 fn sha256_hex(s: &str) -> String {
@@ -194,11 +228,18 @@ async fn a_stateless_backends_request_state_is_sealed_for_its_caller() {
     let first = stateless_call(&g, "alice-key", 1, args.clone(), json!({})).await;
     let result = &first["result"];
     assert_eq!(result["resultType"], "input_required", "{first}");
-    assert_eq!(result["inputRequests"]["answer"]["method"], "elicitation/create");
+    assert_eq!(
+        result["inputRequests"]["answer"]["method"],
+        "elicitation/create"
+    );
     let state = result["requestState"].as_str().unwrap().to_owned();
-    assert_ne!(state, "s1:Name?", "the backend's state is not handed out as is");
+    assert_ne!(
+        state, "s1:Name?",
+        "the backend's state is not handed out as is"
+    );
 
-    let answer = json!({"inputResponses": {"answer": {"action": "accept", "content": {"text": "Ada"}}}});
+    let answer =
+        json!({"inputResponses": {"answer": {"action": "accept", "content": {"text": "Ada"}}}});
     let with_state = |s: &str| {
         let mut a = answer.clone();
         a["requestState"] = json!(s);
@@ -206,7 +247,14 @@ async fn a_stateless_backends_request_state_is_sealed_for_its_caller() {
     };
     let r = stateless_call(&g, "bob-key", 2, args.clone(), with_state(&state)).await;
     assert_eq!(r["error"]["code"], -32602, "another principal: {r}");
-    let r = stateless_call(&g, "alice-key", 3, args.clone(), with_state(&format!("{state}x"))).await;
+    let r = stateless_call(
+        &g,
+        "alice-key",
+        3,
+        args.clone(),
+        with_state(&format!("{state}x")),
+    )
+    .await;
     assert_eq!(r["error"]["code"], -32602, "tampered: {r}");
     let r = stateless_call(&g, "alice-key", 4, args.clone(), with_state(&state)).await;
     assert_eq!(r["result"]["resultType"], "complete", "{r}");
@@ -269,6 +317,11 @@ async fn list_changes_from_a_stateless_backend_reach_session_clients() {
     assert!(got.get("id").is_none(), "{got}");
     // Gantry's listen is its own: not a client request waiting on the backend.
     assert!(
-        metric_until(&g, "gantry_backend_pending_requests{backend=\"modern\"}", |n| n == 0.0).await
+        metric_until(
+            &g,
+            "gantry_backend_pending_requests{backend=\"modern\"}",
+            |n| n == 0.0
+        )
+        .await
     );
 }

@@ -647,7 +647,7 @@ async fn an_unanswered_input_request_expires_and_its_call_is_cancelled() {
     assert_eq!(metric(&g, "gantry_calls_awaiting_input").await, Some(0.0));
 }
 
-fn recorded(file: &PathBuf) -> Vec<Value> {
+fn recorded(file: &std::path::Path) -> Vec<Value> {
     std::fs::read_to_string(file)
         .unwrap_or_default()
         .lines()
