@@ -14,7 +14,6 @@ mod common;
 use common::*;
 use futures::StreamExt;
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 use std::time::Duration;
 
 /// Two principals' keys, random per test so a leak cannot be a coincidence.
@@ -30,13 +29,6 @@ impl Keys {
             bob: format!("bob-{:032x}", rand::random::<u128>()),
         }
     }
-}
-
-fn sha256_hex(key: &str) -> String {
-    Sha256::digest(key.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }
 
 fn config(keys: &Keys) -> String {

@@ -13,7 +13,7 @@
 
 mod common;
 
-use common::{call_answering, fixture, metric_until, Client, Gantry};
+use common::{call_answering, fixture, metric_until, recorded, sha256_hex, Client, Gantry};
 use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -41,14 +41,6 @@ impl Drop for Scratch {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
-}
-
-fn recorded(file: &std::path::Path) -> Vec<Value> {
-    std::fs::read_to_string(file)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect()
 }
 
 fn stateless_backend(record: &std::path::Path, extra: &str) -> Gantry {
@@ -205,14 +197,6 @@ async fn stateless_call(g: &Gantry, key: &str, id: i64, args: Value, extra: Valu
         .unwrap_or_else(|| panic!("{}", r.raw))
 }
 
-fn sha256_hex(s: &str) -> String {
-    use sha2::Digest;
-    sha2::Sha256::digest(s.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
 #[tokio::test]
 async fn a_stateless_backends_request_state_is_sealed_for_its_caller() {
     let dir = Scratch::new("sealed");
@@ -259,6 +243,28 @@ async fn a_stateless_backends_request_state_is_sealed_for_its_caller() {
     let r = stateless_call(&g, "alice-key", 4, args.clone(), with_state(&state)).await;
     assert_eq!(r["result"]["resultType"], "complete", "{r}");
     assert!(text_of(&r).contains("Ada"), "{r}");
+    // The backend calls its tool list public; with callers told apart, it is not.
+    let resp = reqwest::Client::new()
+        .post(&g.url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/list")
+        .bearer_auth("bob-key")
+        .body(
+            json!({"jsonrpc": "2.0", "id": 9, "method": "tools/list", "params": {"_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {},
+            }}})
+            .to_string(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let list = Client::read(resp).await;
+    let list = &list.response(&json!(9)).unwrap()["result"];
+    assert_eq!(list["cacheScope"], "private", "{list}");
+    assert_eq!(list["resultType"], "complete", "{list}");
     // The backend only ever saw its own state.
     let states: Vec<Value> = recorded(&record)
         .into_iter()

@@ -155,15 +155,6 @@ async fn read_pid(file: &Path) -> u32 {
     .unwrap_or_else(|| panic!("no pid in {}", file.display()))
 }
 
-/// The JSON lines the fixture recorded as received.
-fn recorded(file: &Path) -> Vec<Value> {
-    std::fs::read_to_string(file)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect()
-}
-
 /// The text of a successful `tools/call` response.
 fn tool_text(r: &Value) -> String {
     r["result"]["content"][0]["text"]

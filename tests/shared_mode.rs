@@ -335,14 +335,6 @@ async fn two_hundred_sessions_with_colliding_ids_progress_and_cancellation() {
     );
 }
 
-fn sha256_hex(s: &str) -> String {
-    use sha2::Digest;
-    sha2::Sha256::digest(s.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
 /// `per-user`: one backend process per principal, shared by that principal's
 /// sessions, and gone when the principal's last session ends.
 #[tokio::test]

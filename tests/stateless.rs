@@ -12,7 +12,9 @@
 
 mod common;
 
-use common::{example_bin, fixture, metric, metric_until, Client, Gantry, Reply};
+use common::{
+    example_bin, fixture, metric, metric_until, recorded, sha256_hex, Client, Gantry, Reply,
+};
 use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -448,14 +450,6 @@ async fn progress_streams_and_logs_only_when_asked() {
     );
 }
 
-fn sha256_hex(s: &str) -> String {
-    use sha2::Digest;
-    sha2::Sha256::digest(s.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
 fn two_principals(extra_server: &str) -> Gantry {
     Gantry::with_config(&format!(
         "[server]\n{extra_server}\n\
@@ -645,14 +639,6 @@ async fn an_unanswered_input_request_expires_and_its_call_is_cancelled() {
     // No call is left in flight.
     assert!(metric_until(&g, "gantry_calls_in_flight", |v| v == 0.0).await);
     assert_eq!(metric(&g, "gantry_calls_awaiting_input").await, Some(0.0));
-}
-
-fn recorded(file: &std::path::Path) -> Vec<Value> {
-    std::fs::read_to_string(file)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect()
 }
 
 #[tokio::test]

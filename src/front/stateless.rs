@@ -958,8 +958,12 @@ fn final_message(
             }
             if complete && CACHEABLE.contains(&method) {
                 obj.entry("ttlMs").or_insert_with(|| json!(0));
-                obj.entry("cacheScope")
-                    .or_insert_with(|| json!(cache_scope(app)));
+                // Callers are told apart: what one is shown is not for the others,
+                // whatever the backend thinks of it.
+                let scope = obj.entry("cacheScope").or_insert_with(|| json!("public"));
+                if cache_scope(app) == "private" {
+                    *scope = json!("private");
+                }
             }
             let meta = obj.entry("_meta").or_insert_with(|| json!({}));
             if let Some(meta) = meta.as_object_mut() {

@@ -478,3 +478,21 @@ pub async fn call_answering(
     }
     panic!("no response to {id}");
 }
+
+/// The messages a test backend recorded (`MB_RECORD`), one JSON object per line.
+pub fn recorded(file: &std::path::Path) -> Vec<Value> {
+    std::fs::read_to_string(file)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// The SHA-256 of an API key, as `[[auth.api_keys]] sha256` wants it.
+pub fn sha256_hex(key: &str) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(key.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
