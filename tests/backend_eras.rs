@@ -331,3 +331,119 @@ async fn list_changes_from_a_stateless_backend_reach_session_clients() {
         .await
     );
 }
+
+/// The example server over HTTP, refusing the stateless era (a pre-2026 server).
+struct SessionEraHttp(std::process::Child, String);
+
+impl SessionEraHttp {
+    fn start() -> Self {
+        use std::io::{BufRead, BufReader};
+        let mut child = std::process::Command::new(common::example_bin())
+            .args(["--http", "127.0.0.1:0", "--session-era-only"])
+            .stderr(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let mut lines = BufReader::new(stderr).lines();
+        let url = loop {
+            let line = lines.next().expect("example server exited").unwrap();
+            if let Some(u) = line.split("listening on ").nth(1) {
+                break u.trim().to_owned();
+            }
+        };
+        std::thread::spawn(move || for _ in lines {});
+        Self(child, url)
+    }
+}
+
+impl Drop for SessionEraHttp {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test]
+async fn a_session_era_http_backend_is_detected_and_serves_both_eras_of_clients() {
+    let backend = SessionEraHttp::start();
+    let g = Gantry::start(&["--http", &backend.1]);
+    // A session-era client, as before.
+    let mut c = g.client();
+    c.initialize().await;
+    let r = c
+        .call_tool(json!(1), "echo", json!({"message": "old"}))
+        .await;
+    assert_eq!(text_of(&r), "old", "{r}");
+    // A stateless-era client: its call's elicitation comes back as input_required.
+    let call = |id: i64, extra: Value| {
+        let mut params = json!({"name": "test_elicitation", "arguments": {"message": "Name?"},
+            "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                      "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}}});
+        for (k, v) in extra.as_object().unwrap() {
+            params[k] = v.clone();
+        }
+        reqwest::Client::new()
+            .post(&g.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", "tools/call")
+            .header("mcp-name", "test_elicitation")
+            .body(
+                json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params})
+                    .to_string(),
+            )
+            .send()
+    };
+    let r = Client::read(call(2, json!({})).await.unwrap()).await;
+    let first = r.response(&json!(2)).unwrap()["result"].clone();
+    assert_eq!(first["resultType"], "input_required", "{}", r.raw);
+    let (key, _) = first["inputRequests"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .next()
+        .unwrap();
+    let retry = json!({
+        "inputResponses": {key.clone(): {"action": "accept", "content": {"username": "ada", "email": "a@b.c"}}},
+        "requestState": first["requestState"],
+    });
+    let r = Client::read(call(3, retry).await.unwrap()).await;
+    let done = r.response(&json!(3)).unwrap();
+    assert!(text_of(done).contains("ada"), "{}", r.raw);
+}
+
+#[tokio::test]
+async fn a_backend_that_dies_of_the_probe_is_restarted_and_never_probed_again() {
+    let dir = Scratch::new("probe-death");
+    let record = dir.0.join("received.jsonl");
+    let g = Gantry::with_config(&format!(
+        "[[backends]]\nname = \"old\"\nsession_mode = \"per-session\"\n\
+         restart = {{ initial_backoff = \"50ms\" }}\n\
+         stdio = {{ command = \"python3\", args = [{:?}], \
+         env = {{ MB_RECORD = {:?}, MB_DIE_ON_DISCOVER = \"1\" }} }}\n",
+        fixture("misbehaving_server.py").to_str().unwrap(),
+        record.to_str().unwrap()
+    ));
+    // Two sessions, two processes: the first died of the probe and was restarted with
+    // initialize; the second was never probed.
+    for i in 0..2 {
+        let mut c = g.client();
+        c.initialize().await;
+        let r = c
+            .call_tool(json!(i), "echo", json!({"message": "ok"}))
+            .await;
+        assert_eq!(text_of(&r), "ok", "{r}");
+    }
+    let methods: Vec<String> = recorded(&record)
+        .iter()
+        .filter_map(|m| m["method"].as_str().map(str::to_owned))
+        .filter(|m| m == "server/discover" || m == "initialize")
+        .collect();
+    assert_eq!(
+        methods,
+        ["server/discover", "initialize", "initialize"],
+        "{methods:?}"
+    );
+}

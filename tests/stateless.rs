@@ -842,3 +842,50 @@ async fn listen_streams_share_resource_subscriptions_upstream() {
     assert!(c2.next(PROMPT).await.is_some());
     update(&c2.next(PROMPT).await, 3);
 }
+
+#[tokio::test]
+async fn a_caller_holds_a_bounded_number_of_listen_streams() {
+    let g = mb_gantry(None);
+    let c = Stateless::new(&g);
+    let mut open = Vec::new();
+    for i in 0..32 {
+        let mut l = Listen::open(&c, json!(i), json!({"toolsListChanged": true})).await;
+        assert!(
+            l.next(PROMPT).await.is_some(),
+            "no acknowledgement for stream {i}"
+        );
+        open.push(l);
+    }
+    let r = c
+        .request(
+            json!("over"),
+            "subscriptions/listen",
+            json!({"notifications": {"toolsListChanged": true}}),
+            json!({}),
+        )
+        .await;
+    let e = &the_response(&r, &json!("over"))["error"];
+    assert_eq!(e["code"], -32600, "{}", r.raw);
+    // A closed stream makes room again.
+    drop(open.pop());
+    let deadline = Instant::now() + PROMPT;
+    loop {
+        let body = json!({"jsonrpc": "2.0", "id": "again", "method": "subscriptions/listen",
+                          "params": {"notifications": {}, "_meta": meta(json!({}))}});
+        let resp = c
+            .builder("subscriptions/listen", None)
+            .body(body.to_string())
+            .send()
+            .await
+            .unwrap();
+        let sse = resp.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream");
+        if sse {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no room after a stream closed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

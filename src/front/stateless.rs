@@ -1150,6 +1150,8 @@ pub(crate) struct Listeners {
 }
 
 const META_SUBSCRIPTION: &str = "io.modelcontextprotocol/subscriptionId";
+/// Listen streams one principal may hold open.
+const MAX_LISTENS_PER_PRINCIPAL: usize = 32;
 
 /// A notification for one listen stream: `params._meta` names the subscription.
 fn tagged(n: &Notification, subscription: &Value) -> String {
@@ -1355,6 +1357,21 @@ async fn listen(
         .get("capabilities")
         .cloned()
         .unwrap_or_default();
+    let open = {
+        let mut list = lock(&internal.listeners.list);
+        list.retain(|l| !l.tx.is_closed());
+        list.len()
+    };
+    if open >= MAX_LISTENS_PER_PRINCIPAL {
+        return answer(
+            StatusCode::OK,
+            Some(id),
+            &RpcError::new(
+                code::INVALID_REQUEST,
+                format!("at most {MAX_LISTENS_PER_PRINCIPAL} listen streams per caller are open at once"),
+            ),
+        );
+    }
     let filter = match filter_of(params, &caps) {
         Ok(f) => f,
         Err(e) => return answer(StatusCode::OK, Some(id), &e),

@@ -114,6 +114,10 @@ pub(crate) struct Core {
     /// Stateless-era HTTP backends: their tools' `Mcp-Param-*` declarations
     /// (`None`: not listed since the last `tools/list_changed`).
     tool_headers: Mutex<Option<Arc<crate::mcp_param::ToolHeaders>>>,
+    /// Set while the `server/discover` probe of an `era = "auto"` backend is
+    /// unanswered: a stdio backend that dies meanwhile died of the probe, and its
+    /// supervisor restarts it at once with `initialize`, without a failure between.
+    pub probing: std::sync::atomic::AtomicBool,
 }
 
 /// The stdin of one incarnation of a stdio backend.
@@ -817,6 +821,7 @@ impl Conn {
             listen_uris: Mutex::new(std::collections::BTreeSet::new()),
             listen_changed: tokio::sync::Notify::new(),
             tool_headers: Mutex::new(None),
+            probing: std::sync::atomic::AtomicBool::new(false),
         });
         core.stats.track(&core);
         let shutdown = CancellationToken::new();
@@ -1152,7 +1157,7 @@ pub(crate) const STATELESS_VERSION: &str = "2026-07-28";
 const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
 
 const ERA_UNKNOWN: u8 = 0;
-const ERA_SESSION: u8 = 1;
+pub(crate) const ERA_SESSION: u8 = 1;
 const ERA_STATELESS: u8 = 2;
 
 /// Finds out what the backend is for incarnation `gen`: a stateless-era backend
@@ -1174,13 +1179,19 @@ pub(crate) async fn handshake(core: &Arc<Core>, gen: u64) -> Result<Arc<InitInfo
         } else {
             PROBE_TIMEOUT.min(core.init_timeout)
         };
-        match discover(core, gen, timeout).await {
+        core.probing.store(core.era == Era::Auto, Ordering::Relaxed);
+        let probed = discover(core, gen, timeout).await;
+        // Left set if the process died first: the supervisor reads it.
+        if !matches!(probed, Err(UpstreamError::Crashed { .. })) {
+            core.probing.store(false, Ordering::Relaxed);
+        }
+        match probed {
             Ok(info) => {
                 core.stats.era.store(ERA_STATELESS, Ordering::Relaxed);
                 return Ok(info);
             }
             Err(e) if core.era == Era::Stateless => return Err(e),
-            Err(e @ UpstreamError::Crashed { .. }) => {
+            Err(e @ UpstreamError::Crashed { .. }) if core.direct => {
                 // It died of the probe: a session-era server that cannot take it.
                 core.stats.era.store(ERA_SESSION, Ordering::Relaxed);
                 return Err(e);

@@ -86,6 +86,22 @@ pub(crate) async fn supervise(
         let started = Instant::now();
         let outcome = run_once(&core, &cfg, gen, &mut out_rx, &shutdown).await;
         core.live_gen.store(0, std::sync::atomic::Ordering::Release);
+        if core
+            .probing
+            .swap(false, std::sync::atomic::Ordering::Relaxed)
+            && !shutdown.is_cancelled()
+        {
+            // It died of the probe. Not a failure: the next incarnation gets
+            // `initialize` (so do the backend's later connections).
+            core.stats.era.store(
+                super::core::ERA_SESSION,
+                std::sync::atomic::Ordering::Relaxed,
+            );
+            tracing::info!(backend = %core.name, "backend exited on server/discover; starting it again with initialize");
+            core.fail_pending(Some(gen), &outcome);
+            while out_rx.try_recv().is_ok() {}
+            continue;
+        }
         let _ = core.state.send_replace(State::Failed {
             reason: outcome.clone(),
         });
