@@ -889,3 +889,23 @@ async fn a_caller_holds_a_bounded_number_of_listen_streams() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+#[tokio::test]
+async fn a_stray_session_id_on_a_stateless_request_is_ignored() {
+    let g = Gantry::example_stdio();
+    let c = Stateless::new(&g);
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                      "params": {"name": "echo", "arguments": {"message": "x"}, "_meta": meta(json!({}))}});
+    let rb = c
+        .builder("tools/call", Some("echo"))
+        .header("mcp-session-id", "0123456789abcdef0123456789abcdef");
+    let r = c.send(rb, body).await;
+    assert_eq!(text_of(&the_response(&r, &json!(1))), "x", "{}", r.raw);
+    // A session-era request with an unknown session is still 404.
+    let mut old = g.client();
+    old.session = Some("0123456789abcdef0123456789abcdef".into());
+    assert_eq!(
+        old.request(json!(2), "tools/list", json!({})).await.status,
+        404
+    );
+}

@@ -433,7 +433,11 @@ async fn post(app: Arc<App>, principal: Principal, req: HttpRequest) -> HttpResp
         Ok(i) => i,
         Err(e) => return FrontError::from(e).into_response(),
     };
-    if session_header(&headers).is_none() {
+    // The session named by `Mcp-Session-Id`, looked up once.
+    let found = lookup(&app, &principal, &headers);
+    // A stateless-era request is served as such; a session id on it is ignored
+    // unless it names a live session of this caller (as the era asks of servers).
+    if found.is_err() {
         if let Incoming::Single(m) = &incoming {
             if stateless::is_stateless(&headers, m) {
                 let Incoming::Single(m) = incoming else {
@@ -443,10 +447,10 @@ async fn post(app: Arc<App>, principal: Principal, req: HttpRequest) -> HttpResp
             }
         }
     }
-    if let Incoming::Single(Message::Request(r)) = &incoming {
+    if let (Incoming::Single(Message::Request(r)), Err(_)) = (&incoming, &found) {
         // `initialize` on a live session is dispatched like any request (and refused
         // there as "already initialized"); only without one does it open a session.
-        if r.method == "initialize" && lookup(&app, &principal, &headers).is_err() {
+        if r.method == "initialize" {
             if let Err(e) = check_version_header(&headers) {
                 return e.into_response();
             }
@@ -456,7 +460,7 @@ async fn post(app: Arc<App>, principal: Principal, req: HttpRequest) -> HttpResp
             return initialize(app, principal, r, accepts).await;
         }
     }
-    let session = match lookup(&app, &principal, &headers) {
+    let session = match found {
         Ok(s) => s,
         Err(e) => return e.into_response(),
     };
