@@ -13,35 +13,13 @@
 
 mod common;
 
-use common::{call_answering, fixture, metric_until, recorded, sha256_hex, Client, Gantry};
+use common::{
+    call_answering, fixture, metric_until, recorded, sha256_hex, Client, Gantry, Scratch,
+};
 use serde_json::{json, Value};
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 const PROMPT: Duration = Duration::from_secs(10);
-
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(tag: &str) -> Self {
-        let d = std::env::temp_dir().join(format!(
-            "gantry-eras-{tag}-{}-{}",
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos()
-        ));
-        std::fs::create_dir_all(&d).unwrap();
-        Self(d)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 fn stateless_backend(record: &std::path::Path, extra: &str) -> Gantry {
     Gantry::with_config(&format!(

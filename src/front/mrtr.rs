@@ -110,13 +110,16 @@ impl<C> Mrtr<C> {
         }
     }
 
-    fn mac(&self, id: u64, expires_ms: u64, b: &Binding) -> Vec<u8> {
-        // Infallible for HMAC (any key length); an empty MAC never verifies.
+    /// The MAC of a state: over its kind, payload and expiry and the binding, each
+    /// length-prefixed. Empty (never verifies) only if HMAC refused the key, which it
+    /// does not for any length.
+    fn mac(&self, kind: &str, payload: &str, expires_ms: u64, b: &Binding) -> Vec<u8> {
         let Ok(mut m) = <Hmac<Sha256> as KeyInit>::new_from_slice(&self.key) else {
             return Vec::new();
         };
         for part in [
-            id.to_string().as_bytes(),
+            kind.as_bytes(),
+            payload.as_bytes(),
             expires_ms.to_string().as_bytes(),
             b.principal.as_bytes(),
             b.method.as_bytes(),
@@ -126,6 +129,46 @@ impl<C> Mrtr<C> {
             m.update(part);
         }
         m.finalize().into_bytes().to_vec()
+    }
+
+    /// A state `kind.payload.expiry.mac`, valid for `binding` until `ttl` from now.
+    fn seal(&self, kind: &str, payload: &str, binding: &Binding) -> (String, u64) {
+        let ttl_ms = u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX);
+        let expires_ms = now_ms().saturating_add(ttl_ms);
+        let mac = URL_SAFE_NO_PAD.encode(self.mac(kind, payload, expires_ms, binding));
+        (format!("{kind}.{payload}.{expires_ms}.{mac}"), expires_ms)
+    }
+
+    /// The payload and expiry of a state of `kind`, if it is genuine and for
+    /// `binding` (expiry not checked here).
+    fn open<'s>(
+        &self,
+        kind: &str,
+        state: &'s str,
+        binding: &Binding,
+    ) -> Result<(&'s str, u64), StateError> {
+        let mut parts = state.split('.');
+        let (Some(k), Some(payload), Some(exp), Some(mac), None) = (
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next(),
+        ) else {
+            return Err(StateError::Invalid);
+        };
+        let (true, Ok(expires_ms), Ok(mac)) =
+            (k == kind, exp.parse::<u64>(), URL_SAFE_NO_PAD.decode(mac))
+        else {
+            return Err(StateError::Invalid);
+        };
+        let expected = self.mac(kind, payload, expires_ms, binding);
+        if expected.is_empty()
+            || !bool::from(subtle::ConstantTimeEq::ct_eq(&expected[..], &mac[..]))
+        {
+            return Err(StateError::Invalid);
+        }
+        Ok((payload, expires_ms))
     }
 
     /// Parks `call` with its open `asks`; returns the `requestState` to give the client.
@@ -144,9 +187,7 @@ impl<C> Mrtr<C> {
             return Err((TooMany, call));
         }
         let id = self.next.fetch_add(1, Ordering::Relaxed);
-        let ttl_ms = u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX);
-        let expires_ms = now_ms().saturating_add(ttl_ms);
-        let mac = URL_SAFE_NO_PAD.encode(self.mac(id, expires_ms, &binding));
+        let (state, expires_ms) = self.seal("g1", &id.to_string(), &binding);
         self.parked.insert(
             id,
             Parked {
@@ -156,34 +197,13 @@ impl<C> Mrtr<C> {
                 expires_ms,
             },
         );
-        Ok(format!("g1.{id}.{expires_ms}.{mac}"))
+        Ok(state)
     }
 
     /// Takes the parked call `state` names, if `state` is genuine and for `binding`.
     pub fn redeem(&self, state: &str, binding: &Binding) -> Result<Parked<C>, StateError> {
-        let mut parts = state.split('.');
-        let (Some("g1"), Some(id), Some(exp), Some(mac), None) = (
-            parts.next(),
-            parts.next(),
-            parts.next(),
-            parts.next(),
-            parts.next(),
-        ) else {
-            return Err(StateError::Invalid);
-        };
-        let (Ok(id), Ok(expires_ms), Ok(mac)) = (
-            id.parse::<u64>(),
-            exp.parse::<u64>(),
-            URL_SAFE_NO_PAD.decode(mac),
-        ) else {
-            return Err(StateError::Invalid);
-        };
-        let expected = self.mac(id, expires_ms, binding);
-        if expected.is_empty()
-            || !bool::from(subtle::ConstantTimeEq::ct_eq(&expected[..], &mac[..]))
-        {
-            return Err(StateError::Invalid);
-        }
+        let (id, expires_ms) = self.open("g1", state, binding)?;
+        let id = id.parse::<u64>().map_err(|_| StateError::Invalid)?;
         if now_ms() > expires_ms {
             // Dropped by the sweeper already, or now.
             self.parked.remove(&id);
@@ -203,53 +223,14 @@ impl<C> Mrtr<C> {
     /// Wraps a stateless-era backend's own `requestState` so that only this caller
     /// can return it, for this call, before the expiry: `g2.<state>.<expiry>.<mac>`.
     pub fn seal_foreign(&self, state: &str, binding: &Binding) -> String {
-        let ttl_ms = u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX);
-        let expires_ms = now_ms().saturating_add(ttl_ms);
-        let inner = URL_SAFE_NO_PAD.encode(state.as_bytes());
-        let mac = URL_SAFE_NO_PAD.encode(self.mac_foreign(&inner, expires_ms, binding));
-        format!("g2.{inner}.{expires_ms}.{mac}")
-    }
-
-    fn mac_foreign(&self, inner: &str, expires_ms: u64, b: &Binding) -> Vec<u8> {
-        let Ok(mut m) = <Hmac<Sha256> as KeyInit>::new_from_slice(&self.key) else {
-            return Vec::new();
-        };
-        for part in [
-            b"foreign".as_slice(),
-            inner.as_bytes(),
-            expires_ms.to_string().as_bytes(),
-            b.principal.as_bytes(),
-            b.method.as_bytes(),
-            b.name.as_bytes(),
-        ] {
-            m.update(&(part.len() as u64).to_be_bytes());
-            m.update(part);
-        }
-        m.finalize().into_bytes().to_vec()
+        self.seal("g2", &URL_SAFE_NO_PAD.encode(state.as_bytes()), binding)
+            .0
     }
 
     /// The backend's `requestState` inside a `g2.` state, if genuine, unexpired and
     /// for `binding`.
     pub fn open_foreign(&self, state: &str, binding: &Binding) -> Result<String, StateError> {
-        let mut parts = state.split('.');
-        let (Some("g2"), Some(inner), Some(exp), Some(mac), None) = (
-            parts.next(),
-            parts.next(),
-            parts.next(),
-            parts.next(),
-            parts.next(),
-        ) else {
-            return Err(StateError::Invalid);
-        };
-        let (Ok(expires_ms), Ok(mac)) = (exp.parse::<u64>(), URL_SAFE_NO_PAD.decode(mac)) else {
-            return Err(StateError::Invalid);
-        };
-        let expected = self.mac_foreign(inner, expires_ms, binding);
-        if expected.is_empty()
-            || !bool::from(subtle::ConstantTimeEq::ct_eq(&expected[..], &mac[..]))
-        {
-            return Err(StateError::Invalid);
-        }
+        let (inner, expires_ms) = self.open("g2", state, binding)?;
         if now_ms() > expires_ms {
             return Err(StateError::Expired);
         }
