@@ -88,12 +88,16 @@ impl Session {
         rb: reqwest::RequestBuilder,
         line: &str,
     ) -> reqwest::RequestBuilder {
+        let stateless = self.stateless.load(std::sync::atomic::Ordering::Relaxed);
+        // Session-era traffic is not parsed here (only the era probe gets headers).
+        if !stateless && !line.contains("\"server/discover\"") {
+            return rb;
+        }
         let Ok(crate::jsonrpc::Message::Request(r)) =
             crate::jsonrpc::Message::parse(line.as_bytes())
         else {
             return rb;
         };
-        let stateless = self.stateless.load(std::sync::atomic::Ordering::Relaxed);
         if !stateless && r.method != "server/discover" {
             return rb;
         }
