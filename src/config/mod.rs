@@ -692,7 +692,6 @@ pub fn stdio_backend(name: &str, command_line: &str) -> Result<BackendConfig, St
         .next()
         .ok_or_else(|| "the stdio command line is empty".to_owned())?;
     Ok(BackendConfig {
-        name: name.to_owned(),
         stdio: Some(StdioConfig {
             command,
             args: it.collect(),
@@ -700,27 +699,27 @@ pub fn stdio_backend(name: &str, command_line: &str) -> Result<BackendConfig, St
             inherit_env: default_inherit_env(),
             cwd: None,
         }),
-        http: None,
-        request_timeout: default_request_timeout(),
-        init_timeout: default_init_timeout(),
-        max_message_bytes: default_max_message_bytes(),
-        session_mode: SessionMode::default(),
-        era: Era::default(),
-        client_capabilities: empty_table(),
-        restart: RestartConfig::default(),
-        pool: PoolConfig::default(),
+        ..backend_defaults(name)
     })
 }
 
 /// A backend made from `--http URL`.
 pub fn http_backend(name: &str, url: &str) -> BackendConfig {
     BackendConfig {
-        name: name.to_owned(),
-        stdio: None,
         http: Some(HttpConfig {
             url: url.to_owned(),
             headers: BTreeMap::new(),
         }),
+        ..backend_defaults(name)
+    }
+}
+
+/// A backend with every setting at its default and no transport yet.
+fn backend_defaults(name: &str) -> BackendConfig {
+    BackendConfig {
+        name: name.to_owned(),
+        stdio: None,
+        http: None,
         request_timeout: default_request_timeout(),
         init_timeout: default_init_timeout(),
         max_message_bytes: default_max_message_bytes(),
