@@ -830,9 +830,10 @@ async fn listen_streams_share_resource_subscriptions_upstream() {
     };
     update(&a.next(PROMPT).await, 1);
     update(&b.next(PROMPT).await, 2);
-    // Closing one stream leaves the other's subscription in place upstream.
+    // Closing one stream leaves the other's subscription in place upstream: updates
+    // keep coming for several watch intervals, long after the closed stream's
+    // clean-up (which would unsubscribe upstream if it were the last).
     drop(a);
-    tokio::time::sleep(Duration::from_millis(300)).await;
     for _ in 0..3 {
         update(&b.next(PROMPT).await, 2);
     }
