@@ -5,6 +5,7 @@
 //! the front door (an SSE stream of one request, or the session's standalone stream).
 
 use crate::jsonrpc::Notification;
+use crate::mcp::Era;
 use futures::future::BoxFuture;
 use serde_json::value::RawValue;
 use std::sync::Arc;
@@ -43,13 +44,24 @@ pub struct CallCtx {
 
 /// What a backend of the stateless era needs to know about the client with each
 /// request (session-era backends learned it once, at `initialize`).
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct ClientView {
     /// The client's capabilities (`None`: Gantry's own request, declares none).
     pub capabilities: Option<Arc<serde_json::Value>>,
     /// The least severe log level the client wants (`None`: no log messages).
     pub log_level: Option<&'static str>,
-    /// The client speaks the stateless era: an `input_required` result is relayed to
-    /// it as is. A session-era client gets it translated into server→client requests.
-    pub stateless: bool,
+    /// The client's era. A stateless-era client gets an `input_required` result as
+    /// is; a session-era client gets it translated into server→client requests.
+    pub era: Era,
+}
+
+impl Default for ClientView {
+    /// Gantry's own requests: no capabilities, no logs, session-era results.
+    fn default() -> Self {
+        Self {
+            capabilities: None,
+            log_level: None,
+            era: Era::Session,
+        }
+    }
 }

@@ -9,6 +9,7 @@ pub mod config;
 pub mod example;
 pub mod front;
 pub mod jsonrpc;
+pub mod mcp;
 pub mod mcp_param;
 pub mod router;
 pub mod session;

@@ -65,9 +65,27 @@ async fn a_stateless_backend_is_detected_and_told_the_client_on_every_request() 
         "the session's own capabilities"
     );
 
+    // A session-era client's connection offers the session era first; refused, it
+    // falls back to the stateless era (and later connections know it at once).
     let msgs = recorded(&record);
-    assert_eq!(msgs[0]["method"], "server/discover", "{msgs:?}");
-    assert!(msgs.iter().all(|m| m["method"] != "initialize"), "{msgs:?}");
+    let handshakes: Vec<&str> = msgs
+        .iter()
+        .filter_map(|m| m["method"].as_str())
+        .filter(|m| *m == "initialize" || *m == "server/discover")
+        .collect();
+    assert_eq!(handshakes, ["initialize", "server/discover"], "{msgs:?}");
+    let mut second = g.client();
+    second.initialize().await;
+    let again: Vec<String> = recorded(&record)
+        .iter()
+        .filter_map(|m| m["method"].as_str().map(str::to_owned))
+        .filter(|m| m == "initialize" || m == "server/discover")
+        .collect();
+    assert_eq!(
+        again,
+        ["initialize", "server/discover", "server/discover"],
+        "the backend's era is remembered"
+    );
     let call = msgs
         .iter()
         .find(|m| m["method"] == "tools/call" && m["params"]["name"] == "echo")
@@ -404,24 +422,46 @@ async fn a_backend_that_dies_of_the_probe_is_restarted_and_never_probed_again() 
         fixture("misbehaving_server.py").to_str().unwrap(),
         record.to_str().unwrap()
     ));
-    // Two sessions, two processes: the first died of the probe and was restarted with
-    // initialize; the second was never probed.
-    for i in 0..2 {
-        let mut c = g.client();
-        c.initialize().await;
-        let r = c
-            .call_tool(json!(i), "echo", json!({"message": "ok"}))
-            .await;
-        assert_eq!(text_of(&r), "ok", "{r}");
-    }
-    let methods: Vec<String> = recorded(&record)
-        .iter()
-        .filter_map(|m| m["method"].as_str().map(str::to_owned))
-        .filter(|m| m == "server/discover" || m == "initialize")
-        .collect();
+    let handshakes = || -> Vec<String> {
+        recorded(&record)
+            .iter()
+            .filter_map(|m| m["method"].as_str().map(str::to_owned))
+            .filter(|m| m == "server/discover" || m == "initialize")
+            .collect()
+    };
+    // A stateless-era caller's connection probes with server/discover; the process
+    // dies of it and is started again at once with initialize, without a failure.
+    let s = common::Stateless::new(&g);
+    let r = s
+        .call(json!(1), "echo", json!({"message": "ok"}), json!({}))
+        .await;
+    assert_eq!(text_of(r.response(&json!(1)).unwrap()), "ok", "{}", r.raw);
+    // (The caller is anonymous: its route keeps one connection of Gantry's own, and
+    // each request gets one of its own: the listing of the tools' headers, the call.)
     assert_eq!(
-        methods,
-        ["server/discover", "initialize", "initialize"],
-        "{methods:?}"
+        handshakes(),
+        ["server/discover", "initialize", "initialize", "initialize"]
+    );
+    // Later connections, of either era, are never probed again.
+    let r = s
+        .call(json!(2), "echo", json!({"message": "ok"}), json!({}))
+        .await;
+    assert_eq!(text_of(r.response(&json!(2)).unwrap()), "ok", "{}", r.raw);
+    let mut c = g.client();
+    c.initialize().await;
+    let r = c
+        .call_tool(json!(3), "echo", json!({"message": "ok"}))
+        .await;
+    assert_eq!(text_of(&r), "ok", "{r}");
+    assert_eq!(
+        handshakes(),
+        [
+            "server/discover",
+            "initialize",
+            "initialize",
+            "initialize",
+            "initialize",
+            "initialize"
+        ]
     );
 }

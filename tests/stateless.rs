@@ -13,113 +13,15 @@
 mod common;
 
 use common::{
-    example_bin, fixture, metric, metric_until, recorded, sha256_hex, Client, Gantry, Reply,
+    example_bin, fixture, metric, metric_until, recorded, sha256_hex, stateless_meta as meta,
+    Gantry, Reply, Stateless,
 };
 use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-const V: &str = "2026-07-28";
+const V: &str = common::STATELESS_VERSION;
 const PROMPT: Duration = Duration::from_secs(10);
-
-/// A stateless-era client: every request carries `_meta` and the headers.
-struct Stateless {
-    http: reqwest::Client,
-    url: String,
-    key: Option<String>,
-}
-
-fn meta(caps: Value) -> Value {
-    json!({
-        "io.modelcontextprotocol/protocolVersion": V,
-        "io.modelcontextprotocol/clientCapabilities": caps,
-        "io.modelcontextprotocol/clientInfo": {"name": "stateless-test", "version": "1"},
-    })
-}
-
-impl Stateless {
-    fn new(g: &Gantry) -> Self {
-        Self {
-            http: reqwest::Client::builder()
-                .timeout(Duration::from_secs(30))
-                .build()
-                .unwrap(),
-            url: g.url.clone(),
-            key: None,
-        }
-    }
-
-    fn with_key(g: &Gantry, key: &str) -> Self {
-        Self {
-            key: Some(key.into()),
-            ..Self::new(g)
-        }
-    }
-
-    /// The request builder with the era's headers for `method` (and `name`).
-    fn builder(&self, method: &str, name: Option<&str>) -> reqwest::RequestBuilder {
-        self.builder_for(V, method, name)
-    }
-
-    fn builder_for(
-        &self,
-        version: &str,
-        method: &str,
-        name: Option<&str>,
-    ) -> reqwest::RequestBuilder {
-        let mut rb = self
-            .http
-            .post(&self.url)
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", version)
-            .header("mcp-method", method);
-        if let Some(n) = name {
-            rb = rb.header("mcp-name", n);
-        }
-        if let Some(k) = &self.key {
-            rb = rb.bearer_auth(k);
-        }
-        rb
-    }
-
-    async fn send(&self, rb: reqwest::RequestBuilder, body: Value) -> Reply {
-        Client::read(rb.body(body.to_string()).send().await.unwrap()).await
-    }
-
-    /// A conformant request: `params` gets `_meta` with `caps`.
-    async fn request(&self, id: Value, method: &str, mut params: Value, caps: Value) -> Reply {
-        let name = params
-            .get("name")
-            .or_else(|| params.get("uri"))
-            .and_then(Value::as_str)
-            .map(str::to_owned)
-            .filter(|_| matches!(method, "tools/call" | "prompts/get" | "resources/read"));
-        let m = params
-            .as_object_mut()
-            .unwrap()
-            .entry("_meta")
-            .or_insert_with(|| json!({}));
-        for (k, v) in meta(caps).as_object().unwrap() {
-            m.as_object_mut()
-                .unwrap()
-                .entry(k.clone())
-                .or_insert(v.clone());
-        }
-        let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        self.send(self.builder(method, name.as_deref()), body).await
-    }
-
-    async fn call(&self, id: Value, name: &str, args: Value, caps: Value) -> Reply {
-        self.request(
-            id,
-            "tools/call",
-            json!({"name": name, "arguments": args}),
-            caps,
-        )
-        .await
-    }
-}
 
 fn the_response(r: &Reply, id: &Value) -> Value {
     r.response(id)
@@ -654,16 +556,25 @@ async fn closing_the_response_stream_cancels_the_call_upstream() {
         record.to_str().unwrap()
     ));
     let c = Stateless::new(&g);
-    // The client gives up after 300 ms: its connection closes with the call pending.
-    let rb = c
-        .builder("tools/call", Some("hang"))
-        .timeout(Duration::from_millis(300));
+    let rb = c.builder("tools/call", Some("hang"));
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
                       "params": {"name": "hang", "arguments": {}, "_meta": meta(json!({}))}});
-    assert!(
-        rb.body(body.to_string()).send().await.is_err(),
-        "hang answered"
-    );
+    let pending = tokio::spawn(async move { rb.body(body.to_string()).send().await });
+    // Once the call has reached the backend, the client gives up: its connection
+    // closes with the call pending.
+    let deadline = Instant::now() + PROMPT;
+    while !recorded(&record)
+        .iter()
+        .any(|m| m["method"] == "tools/call")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the call never reached the backend"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(!pending.is_finished(), "hang answered");
+    pending.abort();
 
     let deadline = Instant::now() + PROMPT;
     let (call, cancel) = loop {

@@ -537,7 +537,13 @@ pub(crate) async fn establish(
     let owner: Sink = session.standalone_sink();
     match app
         .router
-        .open_session(init, &session.principal, owner, &session.cancel)
+        .open_session(
+            init,
+            crate::router::Caller::SESSION,
+            &session.principal,
+            owner,
+            &session.cancel,
+        )
         .await
     {
         Ok((route, result)) => {

@@ -27,8 +27,9 @@ use super::{run_tracked_as, with_sse_headers, Accepts, App, FrontError};
 use crate::auth::Principal;
 use crate::call::{ClientAnswer, Downstream, Sink};
 use crate::jsonrpc::{code, to_raw, Message, Notification, Request, RequestId, Response, RpcError};
+use crate::mcp::{Era, LATEST_SESSION_VERSION};
 use crate::mcp_param::ToolHeaders;
-use crate::router::{level_rank, ClientInit, SESSION_VERSIONS};
+use crate::router::{level_rank, Caller, ClientInit, SESSION_VERSIONS};
 use crate::session::Session;
 use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -402,13 +403,15 @@ pub(crate) struct Internal {
     tools: Arc<tokio::sync::Mutex<Option<Arc<ToolHeaders>>>>,
 }
 
-/// The capabilities Gantry declares to session-era backends on behalf of stateless
-/// clients: everything it can translate into `input_required`.
-fn translated_capabilities() -> Value {
-    json!({ "sampling": {}, "elicitation": {}, "roots": {} })
-}
-
+/// The principal's route: opened on its first stateless request, used by all its
+/// requests. A caller Gantry cannot tell apart from others (no authentication)
+/// reaches `per-session` backends that lack the stateless era with a connection
+/// per call instead (see [`crate::router::Caller`]).
 async fn internal_route(app: &Arc<App>, principal: &str) -> Result<Arc<Internal>, HttpResponse> {
+    let caller = Caller {
+        era: Era::Stateless,
+        per_call: !app.auth.is_required(),
+    };
     for _ in 0..2 {
         let cell: Arc<OnceCell<Arc<Internal>>> = app
             .stateless
@@ -416,7 +419,7 @@ async fn internal_route(app: &Arc<App>, principal: &str) -> Result<Arc<Internal>
             .or_default()
             .clone();
         let got = cell
-            .get_or_try_init(|| open_internal(app, principal))
+            .get_or_try_init(|| open_internal(app, principal, caller))
             .await?
             .clone();
         if !got.session.cancel.is_cancelled() {
@@ -429,15 +432,15 @@ async fn internal_route(app: &Arc<App>, principal: &str) -> Result<Arc<Internal>
     Err(FrontError::Unavailable("the backends are not available; try again").into_response())
 }
 
-async fn open_internal(app: &Arc<App>, principal: &str) -> Result<Arc<Internal>, HttpResponse> {
+async fn open_internal(
+    app: &Arc<App>,
+    principal: &str,
+    caller: Caller,
+) -> Result<Arc<Internal>, HttpResponse> {
     let session = app.sessions.create(principal, false).map_err(|_| {
         FrontError::Unavailable("Too many sessions; try again later").into_response()
     })?;
-    let init = ClientInit {
-        protocol_version: SESSION_VERSIONS[0].to_owned(),
-        capabilities: translated_capabilities(),
-        client_info: json!({ "name": "gantry", "title": "Gantry (stateless clients)", "version": env!("CARGO_PKG_VERSION") }),
-    };
+    let init = ClientInit::for_stateless_callers();
     let listeners = Arc::new(Listeners::default());
     let tools = Arc::new(tokio::sync::Mutex::new(None));
     let owner: Sink = Arc::new(InternalOwner {
@@ -446,12 +449,12 @@ async fn open_internal(app: &Arc<App>, principal: &str) -> Result<Arc<Internal>,
     });
     match app
         .router
-        .open_session(&init, principal, owner, &session.cancel)
+        .open_session(&init, caller, principal, owner, &session.cancel)
         .await
     {
         Ok((route, result)) => {
-            session.establish(SESSION_VERSIONS[0].to_owned(), init.capabilities, route);
-            tracing::info!(%principal, "stateless route opened");
+            session.establish(LATEST_SESSION_VERSION.to_owned(), init.capabilities, route);
+            tracing::info!(%principal, per_call = caller.per_call, "stateless route opened");
             Ok(Arc::new(Internal {
                 session,
                 init: result,
@@ -686,7 +689,7 @@ async fn call(
         log_level: declared
             .log_rank
             .and_then(|r| crate::router::LOG_LEVELS.get(usize::from(r)).copied()),
-        stateless: true,
+        era: crate::mcp::Era::Stateless,
     };
     // Modern `_meta` keys, `inputResponses` and `requestState` travel on: a
     // stateless-era backend needs them, and they are removed for session-era ones.
@@ -1299,7 +1302,7 @@ async fn own_request(
         client: crate::call::ClientView {
             capabilities: None,
             log_level: None,
-            stateless: true,
+            era: crate::mcp::Era::Stateless,
         },
     };
     match app.router.dispatch(route, req, ctx).await {

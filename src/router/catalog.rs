@@ -229,13 +229,13 @@ impl Router {
         drop(cat);
         by_template.or_else(|| {
             // Only one backend serves resources at all: it is the only candidate.
-            let mut with = route.conns.iter().enumerate().filter(|(_, c)| {
-                c.as_ref()
-                    .and_then(|c| c.info())
+            let mut with = (0..route.slots.len()).filter(|&i| {
+                route
+                    .info(i)
                     .is_some_and(|i| i.capabilities().get("resources").is_some())
             });
             match (with.next(), with.next()) {
-                (Some((i, _)), None) => Some(i),
+                (Some(i), None) => Some(i),
                 _ => None,
             }
         })
@@ -252,16 +252,12 @@ impl Router {
         if crate::jsonrpc::string_field(params.as_deref(), "cursor").is_some() {
             return Err(invalid("invalid cursor: this list has a single page"));
         }
-        let targets: Vec<usize> = route
-            .conns
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| {
-                c.as_ref()
-                    .and_then(|c| c.info())
+        let targets: Vec<usize> = (0..route.slots.len())
+            .filter(|&i| {
+                route
+                    .info(i)
                     .is_some_and(|i| i.capabilities().get(kind.capability()).is_some())
             })
-            .map(|(i, _)| i)
             .collect();
         let fetches = targets
             .iter()

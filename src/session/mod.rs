@@ -121,7 +121,7 @@ impl Session {
         crate::call::ClientView {
             capabilities: self.capabilities.get().cloned(),
             log_level: self.route().map(SessionRoute::log_level),
-            stateless: false,
+            era: crate::mcp::Era::Session,
         }
     }
 

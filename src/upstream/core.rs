@@ -8,6 +8,7 @@ use crate::config::BackendConfig;
 use crate::jsonrpc::{
     code, empty_object, to_raw, Message, Notification, Request, RequestId, Response, RpcError,
 };
+use crate::mcp::{Era, META_PREFIX, STATELESS_VERSION};
 use serde_json::value::RawValue;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -30,12 +31,17 @@ pub struct InitInfo {
     /// The whole `initialize` result (capabilities, serverInfo, instructions …); for
     /// a stateless-era backend, the same shape built from its `server/discover`.
     pub result: serde_json::Value,
-    /// The backend speaks the stateless era (2026-07-28): every request carries the
-    /// client's `_meta`, there is no session.
-    pub stateless: bool,
+    /// The era this connection speaks: the stateless era (2026-07-28) means every
+    /// request carries the client's `_meta` and there is no session.
+    pub era: Era,
 }
 
 impl InitInfo {
+    /// Whether the connection speaks the stateless era.
+    pub fn is_stateless(&self) -> bool {
+        self.era == Era::Stateless
+    }
+
     /// The backend's declared capabilities (an object, possibly empty).
     pub fn capabilities(&self) -> &serde_json::Value {
         self.result
@@ -96,8 +102,11 @@ pub(crate) struct Core {
     pub started: std::time::Instant,
     /// The params of the `initialize` Gantry sends on every (re)start.
     pub init_params: Box<RawValue>,
-    /// Which era to speak (`auto`: probe).
+    /// Which era the backend speaks, as configured (`auto`: find out).
     pub era: crate::config::Era,
+    /// The era of the callers this connection is for: spoken when the backend
+    /// speaks it (translation only when it does not).
+    pub want: Era,
     pub request_timeout: Duration,
     pub init_timeout: Duration,
     pub max_message_bytes: usize,
@@ -114,10 +123,10 @@ pub(crate) struct Core {
     /// Stateless-era HTTP backends: their tools' `Mcp-Param-*` declarations
     /// (`None`: not listed since the last `tools/list_changed`).
     tool_headers: Mutex<Option<Arc<crate::mcp_param::ToolHeaders>>>,
-    /// Set while the `server/discover` probe of an `era = "auto"` backend is
-    /// unanswered: a stdio backend that dies meanwhile died of the probe, and its
-    /// supervisor restarts it at once with `initialize`, without a failure between.
-    pub probing: std::sync::atomic::AtomicBool,
+    /// The era of a handshake attempt that is not the last to try, while it is
+    /// unanswered: a stdio backend that dies meanwhile died of it, and its
+    /// supervisor restarts it at once for the other era, without a failure between.
+    probing: Mutex<Option<Era>>,
 }
 
 /// The stdin of one incarnation of a stdio backend.
@@ -133,6 +142,18 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Core {
+    fn set_probing(&self, era: Option<Era>) {
+        *lock(&self.probing) = era;
+    }
+
+    /// The era whose handshake the last incarnation died of, if it did (and
+    /// forgets it). The backend does not speak it: recorded here.
+    pub fn take_probe_death(&self) -> Option<Era> {
+        let era = lock(&self.probing).take()?;
+        self.stats.eras.set(era, false);
+        Some(era)
+    }
+
     fn next_id(&self) -> u64 {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         if id >= MAX_UPSTREAM_ID {
@@ -558,7 +579,7 @@ async fn keep_listening(core: Arc<Core>, shutdown: CancellationToken) {
     let mut state = core.state.subscribe();
     loop {
         let ready = match &*state.borrow_and_update() {
-            State::Ready { gen, info } if info.stateless => Some((*gen, info.clone())),
+            State::Ready { gen, info } if info.is_stateless() => Some((*gen, info.clone())),
             State::Closed => return,
             _ => None,
         };
@@ -625,7 +646,6 @@ async fn keep_listening(core: Arc<Core>, shutdown: CancellationToken) {
 
 /// Rounds of `input_required` Gantry answers for a session-era client, per call.
 const MAX_INPUT_ROUNDS: usize = 16;
-const META_PREFIX: &str = "io.modelcontextprotocol/";
 
 /// Params for a session-era backend: nothing of the stateless era (its `_meta` keys,
 /// `inputResponses`, `requestState`). Params without them pass through untouched.
@@ -688,24 +708,20 @@ fn for_stateless_era(
     p
 }
 
-/// A stateless-era result as a session-era client expects it: without
-/// `resultType`, `ttlMs` and `cacheScope`, which its schema does not have.
+/// A stateless-era result as a session-era client expects it: without what only
+/// the stateless era has (`resultType`, `ttlMs`, `cacheScope`, the era's `_meta`
+/// keys such as `serverInfo`), which a direct connection would not have shown it.
 fn for_session_client(mut resp: Response) -> Response {
     let Ok(result) = &resp.outcome else {
         return resp;
     };
-    let text = result.get();
-    if !(text.contains("\"resultType\"")
-        || text.contains("\"ttlMs\"")
-        || text.contains("\"cacheScope\""))
-    {
+    if !crate::mcp::may_hold_stateless_fields(result.get()) {
         return resp;
     }
     if let Some(mut r) = parse_object(Some(result)) {
-        r.remove("resultType");
-        r.remove("ttlMs");
-        r.remove("cacheScope");
-        resp.outcome = Ok(to_raw(&r));
+        if crate::mcp::strip_stateless_result(&mut r) {
+            resp.outcome = Ok(to_raw(&r));
+        }
     }
     resp
 }
@@ -781,11 +797,14 @@ pub struct Conn {
 }
 
 impl Conn {
-    /// Starts a connection to `cfg`'s backend. The caller must have reserved it with
-    /// [`super::BackendStats::try_reserve`]; the reservation ends when it is dropped. It initializes with `init_params` (and
-    /// again after every restart); traffic no call can claim goes to `owner`.
+    /// Starts a connection to `cfg`'s backend for callers of era `want` (spoken if
+    /// the backend speaks it). The caller must have reserved it with
+    /// [`super::BackendStats::try_reserve`]; the reservation ends when it is
+    /// dropped. A session-era handshake sends `init_params` (again after every
+    /// restart); traffic no call can claim goes to `owner`.
     pub fn start(
         cfg: &BackendConfig,
+        want: Era,
         init_params: Box<RawValue>,
         owner: Option<Sink>,
         stats: Arc<super::BackendStats>,
@@ -812,6 +831,7 @@ impl Conn {
             started: std::time::Instant::now(),
             init_params,
             era: cfg.era,
+            want,
             request_timeout: cfg.request_timeout,
             init_timeout: cfg.init_timeout,
             max_message_bytes: cfg.max_message_bytes,
@@ -821,7 +841,7 @@ impl Conn {
             listen_uris: Mutex::new(std::collections::BTreeSet::new()),
             listen_changed: tokio::sync::Notify::new(),
             tool_headers: Mutex::new(None),
-            probing: std::sync::atomic::AtomicBool::new(false),
+            probing: Mutex::new(None),
         });
         core.stats.track(&core);
         let shutdown = CancellationToken::new();
@@ -860,6 +880,11 @@ impl Conn {
         &self.core.name
     }
 
+    /// The era of the callers this connection was started for.
+    pub fn want(&self) -> Era {
+        self.core.want
+    }
+
     /// Waits until the backend is initialized and returns what it said about itself.
     pub async fn ready(&self, cancel: &CancellationToken) -> Result<Arc<InitInfo>, UpstreamError> {
         self.core.wait_ready(cancel).await.map(|(_, i)| i)
@@ -888,7 +913,7 @@ impl Conn {
         let deadline = tokio::time::Instant::now() + self.core.request_timeout;
         let _permit = self.in_flight_permit(ctx, deadline).await?;
         let (gen, info) = self.core.wait_ready(&ctx.cancel).await?;
-        if info.stateless {
+        if info.is_stateless() {
             return self
                 .call_stateless(gen, method, params, ctx, deadline)
                 .await;
@@ -963,7 +988,7 @@ impl Conn {
                     headers.clone(),
                 )
                 .await?;
-            if ctx.client.stateless {
+            if ctx.client.era == Era::Stateless {
                 return Ok(resp);
             }
             let Some(round) = input_round(&resp) else {
@@ -1121,7 +1146,7 @@ impl Conn {
     /// stateless era has no client notifications for a backend to receive.
     pub fn notify(&self, n: &Notification) {
         if let State::Ready { gen, info } = &*self.core.state.borrow() {
-            if !info.stateless {
+            if !info.is_stateless() {
                 self.core.send_line(*gen, n.to_json());
             }
         }
@@ -1151,60 +1176,88 @@ impl Drop for Conn {
     }
 }
 
-/// The stateless-era version Gantry speaks to backends.
-pub(crate) const STATELESS_VERSION: &str = "2026-07-28";
-/// How long a backend of unknown era gets to answer the `server/discover` probe.
+/// How long a backend of unknown era gets to answer the `server/discover` probe
+/// before Gantry tries `initialize` instead.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
 
-const ERA_UNKNOWN: u8 = 0;
-pub(crate) const ERA_SESSION: u8 = 1;
-const ERA_STATELESS: u8 = 2;
-
-/// Finds out what the backend is for incarnation `gen`: a stateless-era backend
-/// answers `server/discover`; any other answer (an error, silence, a crash) means
-/// the session era and Gantry sends `initialize`. The finding is kept for the
-/// backend's later connections. The transport then sends `notifications/initialized`
-/// (session era only) and marks the connection ready.
-pub(crate) async fn handshake(core: &Arc<Core>, gen: u64) -> Result<Arc<InitInfo>, UpstreamError> {
-    use crate::config::Era;
-    let known = core.stats.era.load(Ordering::Relaxed);
-    let probe = match core.era {
-        Era::Session => false,
-        Era::Stateless => true,
-        Era::Auto => known != ERA_SESSION,
-    };
-    if probe {
-        let timeout = if core.era == Era::Stateless || known == ERA_STATELESS {
-            core.init_timeout
-        } else {
-            PROBE_TIMEOUT.min(core.init_timeout)
-        };
-        core.probing.store(core.era == Era::Auto, Ordering::Relaxed);
-        let probed = discover(core, gen, timeout).await;
-        // Left set if the process died first: the supervisor reads it.
-        if !matches!(probed, Err(UpstreamError::Crashed { .. })) {
-            core.probing.store(false, Ordering::Relaxed);
-        }
-        match probed {
-            Ok(info) => {
-                core.stats.era.store(ERA_STATELESS, Ordering::Relaxed);
-                return Ok(info);
-            }
-            Err(e) if core.era == Era::Stateless => return Err(e),
-            Err(e @ UpstreamError::Crashed { .. }) if core.direct => {
-                // It died of the probe: a session-era server that cannot take it.
-                core.stats.era.store(ERA_SESSION, Ordering::Relaxed);
-                return Err(e);
-            }
-            Err(e) => {
-                tracing::debug!(backend = %core.name, error = %e, "no server/discover; using initialize");
-                if known == ERA_UNKNOWN {
-                    core.stats.era.store(ERA_SESSION, Ordering::Relaxed);
-                }
+/// The handshakes to try for a connection, in order: the era its callers speak
+/// first, then the other (translation), skipping what the backend is known not to
+/// speak; only the configured era when `era` is fixed.
+fn handshake_order(core: &Core) -> Vec<Era> {
+    match core.era {
+        crate::config::Era::Session => vec![Era::Session],
+        crate::config::Era::Stateless => vec![Era::Stateless],
+        crate::config::Era::Auto => {
+            let both = [core.want, core.want.other()];
+            let known: Vec<Era> = both
+                .into_iter()
+                .filter(|e| core.stats.eras.get(*e) != Some(false))
+                .collect();
+            // Knowledge that rules out everything is stale (the backend was
+            // replaced or upgraded): try both again.
+            if known.is_empty() {
+                both.to_vec()
+            } else {
+                known
             }
         }
     }
-    initialize(core, gen).await
+}
+
+/// Brings incarnation `gen` up in the best era for the connection's callers:
+/// their own when the backend speaks it, else the other with translation. A
+/// session-era connection starts with `initialize` (a dual-era backend then gives
+/// session-era clients everything it gives them directly); a stateless-era one with
+/// `server/discover`. A refusal, silence (the probe waits [`PROBE_TIMEOUT`]) or,
+/// for stdio, the process dying means the backend lacks that era; the finding is
+/// kept for the backend's later connections. The transport then sends
+/// `notifications/initialized` (session era only) and marks the connection ready.
+pub(crate) async fn handshake(core: &Arc<Core>, gen: u64) -> Result<Arc<InitInfo>, UpstreamError> {
+    let order = handshake_order(core);
+    let mut last_err = None;
+    for (i, era) in order.iter().copied().enumerate() {
+        let last = i + 1 == order.len();
+        let timeout = match era {
+            Era::Stateless if !last && core.stats.eras.get(era) != Some(true) => {
+                PROBE_TIMEOUT.min(core.init_timeout)
+            }
+            _ => core.init_timeout,
+        };
+        // A stdio process that dies now died of this handshake: its supervisor
+        // restarts it at once for the other era, without counting a failure.
+        core.set_probing((!last).then_some(era));
+        let attempt = match era {
+            Era::Stateless => discover(core, gen, timeout).await,
+            Era::Session => initialize(core, gen, timeout).await,
+        };
+        match attempt {
+            Ok(info) => {
+                core.set_probing(None);
+                core.stats.eras.set(era, true);
+                if era != core.want {
+                    tracing::info!(backend = %core.name, callers = %core.want, era = %era,
+                        "backend does not speak its callers' era; translating");
+                }
+                return Ok(info);
+            }
+            Err(e @ UpstreamError::Crashed { .. }) if core.direct => {
+                // Left set for the supervisor (the process is gone).
+                if last {
+                    core.set_probing(None);
+                }
+                return Err(e);
+            }
+            Err(e) => {
+                core.set_probing(None);
+                if core.era == crate::config::Era::Auto {
+                    core.stats.eras.set(era, false);
+                }
+                tracing::debug!(backend = %core.name, era = %era, error = %e, "handshake refused");
+                last_err = Some(e);
+            }
+        }
+    }
+    Err(last_err.unwrap_or_else(|| core.unavailable("no handshake to try")))
 }
 
 /// `_meta` of Gantry's own requests to a stateless-era backend.
@@ -1214,9 +1267,9 @@ fn own_meta(core: &Core) -> serde_json::Value {
         .and_then(|p| p.get("capabilities").cloned())
         .unwrap_or_else(|| serde_json::json!({}));
     serde_json::json!({
-        "io.modelcontextprotocol/protocolVersion": STATELESS_VERSION,
-        "io.modelcontextprotocol/clientCapabilities": caps,
-        "io.modelcontextprotocol/clientInfo": {"name": "gantry", "version": env!("CARGO_PKG_VERSION")},
+        crate::mcp::META_PROTOCOL_VERSION: STATELESS_VERSION,
+        crate::mcp::META_CLIENT_CAPABILITIES: caps,
+        crate::mcp::META_CLIENT_INFO: {"name": "gantry", "version": env!("CARGO_PKG_VERSION")},
     })
 }
 
@@ -1261,11 +1314,15 @@ async fn discover(
     Ok(Arc::new(InitInfo {
         protocol_version: STATELESS_VERSION.to_owned(),
         result: shaped,
-        stateless: true,
+        era: Era::Stateless,
     }))
 }
 
-async fn initialize(core: &Arc<Core>, gen: u64) -> Result<Arc<InitInfo>, UpstreamError> {
+async fn initialize(
+    core: &Arc<Core>,
+    gen: u64,
+    timeout: Duration,
+) -> Result<Arc<InitInfo>, UpstreamError> {
     let never = CancellationToken::new();
     let resp = core
         .request(
@@ -1274,7 +1331,7 @@ async fn initialize(core: &Arc<Core>, gen: u64) -> Result<Arc<InitInfo>, Upstrea
             Some(core.init_params.clone()),
             None,
             &never,
-            core.init_timeout,
+            timeout,
         )
         .await?;
     let result = match resp.outcome {
@@ -1299,7 +1356,7 @@ async fn initialize(core: &Arc<Core>, gen: u64) -> Result<Arc<InitInfo>, Upstrea
     let info = Arc::new(InitInfo {
         protocol_version,
         result,
-        stateless: false,
+        era: Era::Session,
     });
     Ok(info)
 }

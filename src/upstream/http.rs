@@ -103,7 +103,7 @@ impl Session {
         }
         let mut rb = rb.header("mcp-method", r.method.as_str());
         if !stateless {
-            rb = rb.header("mcp-protocol-version", super::core::STATELESS_VERSION);
+            rb = rb.header("mcp-protocol-version", crate::mcp::STATELESS_VERSION);
         }
         let field = match r.method.as_str() {
             "tools/call" | "prompts/get" => Some("name"),
@@ -478,7 +478,7 @@ pub(crate) async fn supervise(
                 let r = handshake(&session.core, gen).await;
                 if let Ok(info) = &r {
                     write(&session.version, info.protocol_version.clone());
-                    if info.stateless {
+                    if info.is_stateless() {
                         session
                             .stateless
                             .store(true, std::sync::atomic::Ordering::Relaxed);
@@ -509,6 +509,15 @@ pub(crate) async fn supervise(
         let reason = loop {
             tokio::select! {
                 _ = shutdown.cancelled() => {
+                    // Notifications queued before the end still go out (bounded).
+                    let flush = async {
+                        while let Ok(msg) = out_rx.try_recv() {
+                            if msg.gen == gen && msg.request_id.is_none() && !session.close_stream(&msg.line) {
+                                session.clone().post(msg).await;
+                            }
+                        }
+                    };
+                    let _ = tokio::time::timeout(Duration::from_secs(2), flush).await;
                     session.delete().await;
                     break None;
                 }
@@ -517,8 +526,8 @@ pub(crate) async fn supervise(
                     init_done = true;
                     match r {
                         Ok(Ok(info)) => {
-                            tracing::info!(backend = %core.name, version = %info.protocol_version, "backend initialized");
-                            let stateless = info.stateless;
+                            tracing::info!(backend = %core.name, version = %info.protocol_version, era = %info.era, callers = %core.want, "backend initialized");
+                            let stateless = info.is_stateless();
                             let _ = core.state.send_replace(State::Ready { gen, info });
                             if !stateless {
                                 listener = Some(tokio::spawn(session.clone().listen()));

@@ -18,6 +18,8 @@ mod stdio;
 
 pub use self::core::{Conn, InitInfo};
 
+use crate::mcp::Era;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, Weak};
 
@@ -32,9 +34,45 @@ pub struct BackendStats {
     /// Live connections (counted from start until the connection is dropped).
     live: std::sync::atomic::AtomicUsize,
     conns: Mutex<Vec<Weak<core::Core>>>,
-    /// The era the backend was found to speak (`era = "auto"`), so that later
-    /// connections do not probe again: 0 unknown, 1 session, 2 stateless.
-    pub(crate) era: std::sync::atomic::AtomicU8,
+    /// Which eras the backend was found to speak (`era = "auto"`), so that later
+    /// connections go straight to the right handshake.
+    pub eras: EraSupport,
+}
+
+/// What Gantry has learnt about the eras one backend speaks: for each, unknown,
+/// yes or no. Learnt by the handshakes of its connections.
+#[derive(Default, Debug)]
+pub struct EraSupport([std::sync::atomic::AtomicU8; 2]);
+
+impl EraSupport {
+    const YES: u8 = 1;
+    const NO: u8 = 2;
+
+    /// Whether the backend speaks `era` (`None`: not known yet).
+    pub fn get(&self, era: Era) -> Option<bool> {
+        match self.0.get(era.index())?.load(Ordering::Relaxed) {
+            Self::YES => Some(true),
+            Self::NO => Some(false),
+            _ => None,
+        }
+    }
+
+    /// Records what a handshake found out.
+    pub fn set(&self, era: Era, speaks: bool) {
+        if let Some(a) = self.0.get(era.index()) {
+            a.store(if speaks { Self::YES } else { Self::NO }, Ordering::Relaxed);
+        }
+    }
+
+    /// The era a caller of `era` is served in: its own unless the backend is known
+    /// not to speak it (then the other, with translation).
+    pub fn serving(&self, era: Era) -> Era {
+        if self.get(era) == Some(false) && self.get(era.other()) != Some(false) {
+            era.other()
+        } else {
+            era
+        }
+    }
 }
 
 impl BackendStats {

@@ -86,18 +86,15 @@ pub(crate) async fn supervise(
         let started = Instant::now();
         let outcome = run_once(&core, &cfg, gen, &mut out_rx, &shutdown).await;
         core.live_gen.store(0, std::sync::atomic::Ordering::Release);
-        if core
-            .probing
-            .swap(false, std::sync::atomic::Ordering::Relaxed)
-            && !shutdown.is_cancelled()
-        {
-            // It died of the probe. Not a failure: the next incarnation gets
-            // `initialize` (so do the backend's later connections).
-            core.stats.era.store(
-                super::core::ERA_SESSION,
-                std::sync::atomic::Ordering::Relaxed,
-            );
-            tracing::info!(backend = %core.name, "backend exited on server/discover; starting it again with initialize");
+        let died_of_probe = if shutdown.is_cancelled() {
+            None
+        } else {
+            core.take_probe_death()
+        };
+        if let Some(era) = died_of_probe {
+            // It died of a handshake of the era it lacks. Not a failure: the next
+            // incarnation gets the other (so do the backend's later connections).
+            tracing::info!(backend = %core.name, %era, "backend exited on the handshake of an era it does not speak; starting it again");
             core.fail_pending(Some(gen), &outcome);
             while out_rx.try_recv().is_ok() {}
             continue;
@@ -166,7 +163,7 @@ async fn run_once(
                     // Written before the connection is marked ready, so no request can
                     // overtake it. (The stateless era has no handshake to complete.)
                     let note = crate::jsonrpc::Notification::new("notifications/initialized", None);
-                    let sent = if info.stateless {
+                    let sent = if info.is_stateless() {
                         Ok(())
                     } else {
                         core.write_direct(gen, &note.to_json()).await
@@ -176,7 +173,7 @@ async fn run_once(
                         init_failed.cancel();
                         return;
                     }
-                    tracing::info!(backend = %core.name, version = %info.protocol_version, "backend initialized");
+                    tracing::info!(backend = %core.name, version = %info.protocol_version, era = %info.era, callers = %core.want, "backend initialized");
                     let _ = core.state.send_replace(State::Ready { gen, info });
                 }
                 Err(e) => {
@@ -195,6 +192,13 @@ async fn run_once(
                 };
             }
             _ = shutdown.cancelled() => {
+                // What was queued before the end still goes out (a cancellation of
+                // the request whose end stopped the connection, say).
+                while let Ok(msg) = out_rx.try_recv() {
+                    if msg.gen == gen && core.write_direct(gen, &msg.line).await.is_err() {
+                        break;
+                    }
+                }
                 let stdin = core.stdin.lock().await.take().map(|s| s.w);
                 stop_gracefully(&mut child, &guard, stdin).await;
                 break "shut down".into();

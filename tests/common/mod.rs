@@ -527,3 +527,171 @@ impl Drop for Scratch {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+/// The stateless-era protocol version.
+pub const STATELESS_VERSION: &str = "2026-07-28";
+
+/// A stateless-era client: every request carries `_meta` and the headers.
+pub struct Stateless {
+    pub http: reqwest::Client,
+    pub url: String,
+    pub key: Option<String>,
+}
+
+pub fn stateless_meta(caps: Value) -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": STATELESS_VERSION,
+        "io.modelcontextprotocol/clientCapabilities": caps,
+        "io.modelcontextprotocol/clientInfo": {"name": "stateless-test", "version": "1"},
+    })
+}
+
+impl Stateless {
+    pub fn new(g: &Gantry) -> Self {
+        Self {
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(30))
+                .build()
+                .unwrap(),
+            url: g.url.clone(),
+            key: None,
+        }
+    }
+
+    pub fn with_key(g: &Gantry, key: &str) -> Self {
+        Self {
+            key: Some(key.into()),
+            ..Self::new(g)
+        }
+    }
+
+    /// The request builder with the era's headers for `method` (and `name`).
+    pub fn builder(&self, method: &str, name: Option<&str>) -> reqwest::RequestBuilder {
+        self.builder_for(STATELESS_VERSION, method, name)
+    }
+
+    pub fn builder_for(
+        &self,
+        version: &str,
+        method: &str,
+        name: Option<&str>,
+    ) -> reqwest::RequestBuilder {
+        let mut rb = self
+            .http
+            .post(&self.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", version)
+            .header("mcp-method", method);
+        if let Some(n) = name {
+            rb = rb.header("mcp-name", n);
+        }
+        if let Some(k) = &self.key {
+            rb = rb.bearer_auth(k);
+        }
+        rb
+    }
+
+    pub async fn send(&self, rb: reqwest::RequestBuilder, body: Value) -> Reply {
+        Client::read(rb.body(body.to_string()).send().await.unwrap()).await
+    }
+
+    /// A conformant request: `params` gets `_meta` with `caps`.
+    pub async fn request(&self, id: Value, method: &str, mut params: Value, caps: Value) -> Reply {
+        let name = params
+            .get("name")
+            .or_else(|| params.get("uri"))
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .filter(|_| matches!(method, "tools/call" | "prompts/get" | "resources/read"));
+        let m = params
+            .as_object_mut()
+            .unwrap()
+            .entry("_meta")
+            .or_insert_with(|| json!({}));
+        for (k, v) in stateless_meta(caps).as_object().unwrap() {
+            m.as_object_mut()
+                .unwrap()
+                .entry(k.clone())
+                .or_insert(v.clone());
+        }
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        self.send(self.builder(method, name.as_deref()), body).await
+    }
+
+    pub async fn call(&self, id: Value, name: &str, args: Value, caps: Value) -> Reply {
+        self.request(
+            id,
+            "tools/call",
+            json!({"name": name, "arguments": args}),
+            caps,
+        )
+        .await
+    }
+}
+
+/// A backend process serving Streamable HTTP, started with `--http 127.0.0.1:0`; its
+/// URL is read from the `listening on URL` line it prints to stderr. Killed on drop.
+pub struct HttpServer {
+    pub child: Child,
+    pub url: String,
+}
+
+impl HttpServer {
+    /// Starts `program args… --http 127.0.0.1:0` with `env` added.
+    pub fn start(program: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> Self {
+        let mut child = Command::new(program)
+            .args(args)
+            .args(["--http", "127.0.0.1:0"])
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {}: {e}", program.display()));
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut tx = Some(tx);
+            // Keeps draining stderr so the server never blocks on a full pipe.
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if let Some(url) = line.split("listening on ").nth(1) {
+                    if let Some(tx) = tx.take() {
+                        let _ = tx.send(url.trim().to_owned());
+                    }
+                }
+            }
+        });
+        match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(url) => Self { child, url },
+            Err(_) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("{} --http did not report its address", program.display());
+            }
+        }
+    }
+
+    /// The example server over HTTP, with extra arguments.
+    pub fn example(args: &[&str]) -> Self {
+        Self::start(&example_bin(), args, &[])
+    }
+
+    /// `tests/fixtures/NAME` run by python3 over HTTP.
+    pub fn python(name: &str, env: &[(&str, &str)]) -> Self {
+        let script = fixture(name);
+        Self::start(
+            std::path::Path::new("python3"),
+            &[script.to_str().unwrap()],
+            env,
+        )
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
