@@ -51,7 +51,7 @@ pub async fn serve_stdio(eras: Eras) -> anyhow::Result<()> {
     let server = ExampleServer::new(server_state(eras)?, None);
     let (stdin, stdout) = rmcp::transport::stdio();
     let service = match eras {
-        Eras::Both => server.serve((stdin, stdout)).await,
+        Eras::Both | Eras::BothWithSessionEraPeerTools => server.serve((stdin, stdout)).await,
         Eras::SessionOnly => {
             server
                 .serve(SessionEraOnly::new(AsyncRwTransport::new_server(

@@ -305,6 +305,16 @@ impl ExampleServer {
         retry: Retry,
         context: &RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        if is_stateless(context) && self.state.eras() == Eras::BothWithSessionEraPeerTools {
+            let feature = match tool {
+                PeerTool::Sampling { .. } => "Sampling",
+                PeerTool::Elicitation { .. } => "Elicitation",
+            };
+            return Ok(error_result(format!(
+                "{feature} not supported or error: MCP error -32601: Method not found"
+            ))
+            .into());
+        }
         if is_stateless(context) {
             let capabilities = context.client_capabilities().unwrap_or_default();
             let outcome = mrtr::run_stateless(&self.state, retry, &capabilities, |round| {

@@ -31,13 +31,21 @@ pub enum Eras {
     /// Only the session era, like a server written before 2026-07-28:
     /// `server/discover` is unknown and every client must `initialize` first.
     SessionOnly,
+    /// Both eras, but the tools that ask the client (`test_sampling`,
+    /// `test_elicitation`, …) work in the session era only, as in many real servers
+    /// whose SDK cannot ask a stateless-era client: asked statelessly they fail with
+    /// a tool error (`MCP error -32601: Method not found`) instead of answering
+    /// `input_required`.
+    BothWithSessionEraPeerTools,
 }
 
 impl Eras {
     /// The protocol versions served (and advertised by `server/discover`).
     pub fn versions(self) -> &'static [ProtocolVersion] {
         match self {
-            Eras::Both => ProtocolVersion::known_up_to(&ProtocolVersion::V_2026_07_28),
+            Eras::Both | Eras::BothWithSessionEraPeerTools => {
+                ProtocolVersion::known_up_to(&ProtocolVersion::V_2026_07_28)
+            }
             Eras::SessionOnly => ProtocolVersion::known_up_to(&ProtocolVersion::V_2025_11_25),
         }
     }

@@ -4,6 +4,8 @@
 //! gantry-example                        # MCP over stdio (newline-delimited JSON-RPC)
 //! gantry-example --http 127.0.0.1:PORT  # Streamable HTTP at http://127.0.0.1:PORT/mcp
 //! gantry-example --session-era-only ... # only protocol versions up to 2025-11-25
+//! gantry-example --session-era-peer-tools ... # both eras; tools that ask the client
+//!                                       # do so in the session era only
 //! ```
 //!
 //! Both protocol eras are served by default: the session era (`initialize`,
@@ -28,6 +30,12 @@ struct Cli {
     /// session-era versions (up to 2025-11-25) are negotiated.
     #[arg(long)]
     session_era_only: bool,
+    /// Serve both eras, but let the tools that ask the client (sampling,
+    /// elicitation) work in the session era only, like servers whose SDK cannot
+    /// ask a stateless-era client: asked statelessly they fail (-32601 inside the
+    /// tool result).
+    #[arg(long, conflicts_with = "session_era_only")]
+    session_era_peer_tools: bool,
 }
 
 #[tokio::main]
@@ -42,6 +50,8 @@ async fn main() -> anyhow::Result<()> {
         .init();
     let eras = if cli.session_era_only {
         gantry::example::Eras::SessionOnly
+    } else if cli.session_era_peer_tools {
+        gantry::example::Eras::BothWithSessionEraPeerTools
     } else {
         gantry::example::Eras::Both
     };
