@@ -17,6 +17,29 @@ fn config(pool: &str) -> String {
     )
 }
 
+/// `config` with every backend process recording what it receives in `record`.
+fn recorded_config(pool: &str, record: &std::path::Path) -> String {
+    format!(
+        "[[backends]]\nname = \"example\"\nstdio = {{ command = {:?}, env = {{ MB_RECORD = {:?} }} }}\n[backends.pool]\n{pool}",
+        example_bin().to_str().unwrap(),
+        record.to_str().unwrap()
+    )
+}
+
+/// The `clientInfo.name` of every `initialize` the backend processes received.
+fn initialized_as(record: &std::path::Path) -> Vec<String> {
+    recorded(record)
+        .iter()
+        .filter(|m| m["method"] == "initialize")
+        .map(|m| {
+            m["params"]["clientInfo"]["name"]
+                .as_str()
+                .unwrap_or("")
+                .to_owned()
+        })
+        .collect()
+}
+
 fn wait_children(g: &Gantry, n: usize) -> bool {
     let end = Instant::now() + Duration::from_secs(10);
     while Instant::now() < end {
@@ -30,16 +53,33 @@ fn wait_children(g: &Gantry, n: usize) -> bool {
 
 #[tokio::test]
 async fn warm_pool_keeps_min_idle_processes_ready() {
-    let g = Gantry::with_config(&config("min_idle = 2\n"));
+    let dir = Scratch::new("warm");
+    let record = dir.file("received.jsonl");
+    let g = Gantry::with_config(&recorded_config("min_idle = 2\n", &record));
     assert!(
         wait_children(&g, 2),
         "two warm processes before any client: {:?}",
         children_of(g.pid())
     );
+    let end = Instant::now() + Duration::from_secs(10);
+    while initialized_as(&record).len() < 2 {
+        assert!(
+            Instant::now() < end,
+            "the warm processes were not initialized"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let mut c = g.client();
     c.initialize().await;
-    // The session adopted a warm process; the pool is topped up again.
+    // The session adopted a warm process (initialized as Gantry before it came: no
+    // process was ever initialized as this client); the pool is topped up again.
     assert!(wait_children(&g, 3), "{:?}", children_of(g.pid()));
+    let end = Instant::now() + Duration::from_secs(10);
+    while initialized_as(&record).len() < 3 {
+        assert!(Instant::now() < end, "the pool was not topped up");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(initialized_as(&record), ["gantry", "gantry", "gantry"]);
     let r = c
         .call_tool(json!(1), "echo", json!({"message": "warm"}))
         .await;
@@ -70,7 +110,7 @@ async fn connection_cap_is_a_clear_error() {
         .post(&json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
             "protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}))
         .await;
-    let err = third.response(&json!(0)).unwrap()["error"].clone();
+    let err = assert_rpc_error(third.response(&json!(0)).unwrap(), -32000, None);
     assert!(
         err["message"]
             .as_str()
@@ -107,27 +147,28 @@ async fn in_flight_limit_queues_then_refuses() {
     let mut c = g.client();
     c.initialize().await;
     let started = Instant::now();
-    let first = c.call_tool(json!(1), "slow", json!({"ms": 1000}));
+    let first = async {
+        let r = c.call_tool(json!(1), "slow", json!({"ms": 1000})).await;
+        (r, Instant::now())
+    };
     // Each next request is sent once the previous one is in flight (or queued).
     let second = async {
         assert!(metric_until(&g, "gantry_calls_in_flight", |n| n == 1.0).await);
-        c.call_tool(json!(2), "slow", json!({"ms": 10})).await
+        let r = c.call_tool(json!(2), "slow", json!({"ms": 10})).await;
+        (r, Instant::now())
     };
     let third = async {
         assert!(metric_until(&g, "gantry_calls_in_flight", |n| n == 2.0).await);
         c.call_tool(json!(3), "echo", json!({"message": "x"})).await
     };
-    let (a, b, busy) = tokio::join!(first, second, third);
+    let ((a, a_done), (b, b_done), busy) = tokio::join!(first, second, third);
     assert_eq!(a["result"]["content"][0]["text"], "done");
-    assert_eq!(
-        b["result"]["content"][0]["text"], "done",
-        "the queued request ran after the first"
-    );
+    assert_eq!(b["result"]["content"][0]["text"], "done");
+    // The 10 ms call waited for the 1 s one: it finished after it, not 990 ms before.
+    assert!(b_done > a_done, "the queued request ran after the first");
     assert!(started.elapsed() >= Duration::from_millis(1000));
-    assert!(
-        busy["error"]["message"].as_str().unwrap().contains("busy"),
-        "{busy}"
-    );
+    let err = assert_rpc_error(&busy, -32000, Some("example"));
+    assert!(err["message"].as_str().unwrap().contains("busy"), "{busy}");
 }
 
 /// An idle session expires like a DELETEd one: its backend process (and the

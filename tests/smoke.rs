@@ -90,6 +90,23 @@ async fn colliding_ids_on_a_shared_backend() {
             let resp = r.response(&id).unwrap_or_else(|| panic!("no response: {}", r.raw)).clone();
             assert_eq!(resp["id"], id, "id type and value preserved");
             assert_eq!(resp["result"]["content"][0]["text"], msg, "answer reached its own request");
+            // Every session uses progress token 1 at once: each call's progress
+            // reaches that call's own stream, with the token it chose.
+            let r = c
+                .request(
+                    json!(1),
+                    "tools/call",
+                    json!({"name":"test_tool_with_progress","arguments":{},"_meta":{"progressToken": 1}}),
+                )
+                .await;
+            let progress: Vec<_> = r
+                .messages
+                .iter()
+                .filter(|m| m["method"] == "notifications/progress")
+                .collect();
+            assert_eq!(progress.len(), 3, "session {s}: {}", r.raw);
+            assert!(progress.iter().all(|m| m["params"]["progressToken"] == 1), "{}", r.raw);
+            assert!(r.response(&json!(1)).is_some(), "{}", r.raw);
         })
     });
     futures::future::join_all(calls).await;

@@ -15,6 +15,7 @@ mod fixtures;
 mod input_required;
 mod mrtr;
 mod peer_tools;
+mod record;
 mod server;
 mod session_era_only;
 mod sessions;
@@ -49,16 +50,21 @@ fn server_state(eras: Eras) -> anyhow::Result<Arc<ServerState>> {
 /// either way without choosing.
 pub async fn serve_stdio(eras: Eras) -> anyhow::Result<()> {
     let server = ExampleServer::new(server_state(eras)?, None);
-    let (stdin, stdout) = rmcp::transport::stdio();
-    let service = match eras {
-        Eras::Both | Eras::BothWithSessionEraPeerTools => server.serve((stdin, stdout)).await,
-        Eras::SessionOnly => {
+    let stdout = tokio::io::stdout();
+    let service = match (eras, record::Recorder::from_env("MB_RECORD")?) {
+        (Eras::SessionOnly, rec) => {
+            let stdin: Box<dyn tokio::io::AsyncRead + Send + Unpin> = match rec {
+                Some(r) => Box::new(record::tee_stdin(r)),
+                None => Box::new(tokio::io::stdin()),
+            };
             server
                 .serve(SessionEraOnly::new(AsyncRwTransport::new_server(
                     stdin, stdout,
                 )))
                 .await
         }
+        (_, Some(r)) => server.serve((record::tee_stdin(r), stdout)).await,
+        (_, None) => server.serve((tokio::io::stdin(), stdout)).await,
     }
     .context("MCP initialization over stdio failed")?;
     service.waiting().await.context("stdio service failed")?;
@@ -125,6 +131,17 @@ pub async fn serve_http(addr: &str, eras: Eras) -> anyhow::Result<()> {
     let mut router = axum::Router::new().route_service("/mcp", service);
     if eras == Eras::SessionOnly {
         router = router.layer(axum::middleware::from_fn(session_era_only::http_gate));
+    }
+    let recorders = (
+        record::Recorder::from_env("MB_RECORD")?,
+        record::Recorder::from_env("MB_RECORD_HEADERS")?,
+    );
+    if recorders.0.is_some() || recorders.1.is_some() {
+        // Outermost: what arrived, before any gate answered it.
+        router = router.layer(axum::middleware::from_fn_with_state(
+            recorders,
+            record::http,
+        ));
     }
 
     eprintln!("listening on http://{bound}/mcp");

@@ -695,3 +695,21 @@ impl Drop for HttpServer {
         let _ = self.child.wait();
     }
 }
+
+/// Asserts that `resp` (a JSON-RPC response message) is an error with `code` whose
+/// `data.backend` names `backend` (when given); returns the error object.
+pub fn assert_rpc_error<'a>(resp: &'a Value, code: i64, backend: Option<&str>) -> &'a Value {
+    let err = &resp["error"];
+    assert_eq!(err["code"], code, "expected error {code}: {resp}");
+    assert!(
+        err["message"].is_string(),
+        "error without a message: {resp}"
+    );
+    if let Some(b) = backend {
+        assert_eq!(
+            err["data"]["backend"], b,
+            "error not naming backend {b}: {resp}"
+        );
+    }
+    err
+}
