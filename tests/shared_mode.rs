@@ -269,7 +269,14 @@ async fn server_requests_go_to_the_only_caller_and_never_to_a_guess() {
 /// the right id, every progress notification its owner, and nothing is left pending.
 #[tokio::test]
 async fn two_hundred_sessions_with_colliding_ids_progress_and_cancellation() {
-    let g = Gantry::with_config(&shared_config(""));
+    let dir = Scratch::new("two-hundred");
+    let record = dir.file("received.jsonl");
+    let g = Gantry::with_config(&format!(
+        "[[backends]]\nname = \"example\"\nsession_mode = \"shared\"\n\
+         stdio = {{ command = {:?}, env = {{ MB_RECORD = {:?} }} }}\n",
+        example_bin().to_str().unwrap(),
+        record.to_str().unwrap()
+    ));
     let clients = futures::future::join_all((0..200).map(|_| async {
         let mut c = g.client();
         c.initialize().await;
@@ -313,6 +320,41 @@ async fn two_hundred_sessions_with_colliding_ids_progress_and_cancellation() {
         tokio::join!(echo(json!(1), 0), echo(json!(1), 1), echo(json!("1"), 2), progress, cancelled);
     });
     futures::future::join_all(work).await;
+    // The backend got each of the 50 cancelled calls under an id of its own, and a
+    // notifications/cancelled naming that id, well before the calls' own 5 s end.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        let msgs = recorded(&record);
+        let slow_ids: Vec<&Value> = msgs
+            .iter()
+            .filter(|m| m["method"] == "tools/call" && m["params"]["name"] == "slow")
+            .map(|m| &m["id"])
+            .collect();
+        let cancelled: Vec<&Value> = msgs
+            .iter()
+            .filter(|m| m["method"] == "notifications/cancelled")
+            .map(|m| &m["params"]["requestId"])
+            .collect();
+        let all_cancelled =
+            slow_ids.len() == 50 && slow_ids.iter().all(|id| cancelled.contains(id));
+        if all_cancelled {
+            let mut distinct: Vec<String> = slow_ids.iter().map(|v| v.to_string()).collect();
+            distinct.sort();
+            distinct.dedup();
+            assert_eq!(distinct.len(), 50, "upstream ids are unique: {slow_ids:?}");
+            assert!(
+                slow_ids.iter().all(|id| id.is_u64()),
+                "Gantry's own ids: {slow_ids:?}"
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not every cancelled call was cancelled upstream: {} slow calls, cancelled {cancelled:?}",
+            slow_ids.len()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     // Nothing pending upstream once every call has ended (bounded poll: cancels and
     // late responses settle asynchronously).
     assert!(
