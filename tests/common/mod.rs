@@ -264,7 +264,9 @@ pub struct Client {
 
 pub fn parse_sse(text: &str) -> (Vec<Value>, Vec<String>) {
     let mut p = gantry::sse::Parser::new(64 << 20);
-    let evs = p.feed(text.as_bytes()).unwrap();
+    let evs = p
+        .feed(text.as_bytes())
+        .unwrap_or_else(|e| panic!("not an SSE stream ({e}): {text}"));
     let mut msgs = Vec::new();
     let mut ids = Vec::new();
     for e in evs {
@@ -272,10 +274,26 @@ pub fn parse_sse(text: &str) -> (Vec<Value>, Vec<String>) {
             ids.push(id);
         }
         if !e.data.trim().is_empty() {
-            msgs.push(serde_json::from_str(&e.data).unwrap());
+            msgs.push(
+                serde_json::from_str(&e.data)
+                    .unwrap_or_else(|e2| panic!("SSE data that is not JSON ({e2}): {}", e.data)),
+            );
         }
     }
     (msgs, ids)
+}
+
+/// Processes (pid, command line) descended from `pid`: children, grandchildren, …
+pub fn descendants_of(pid: u32) -> Vec<(u32, String)> {
+    let mut out = Vec::new();
+    let mut frontier = vec![pid];
+    while let Some(p) = frontier.pop() {
+        for child in children_of(p) {
+            frontier.push(child.0);
+            out.push(child);
+        }
+    }
+    out
 }
 
 impl Client {
@@ -326,14 +344,23 @@ impl Client {
             .get("content-type")
             .and_then(|v| v.to_str().ok())
             .unwrap_or("");
+        // A body that claims to be JSON or SSE must parse: a test that checks for the
+        // absence of a message must not pass because the body was garbage.
         let (messages, event_ids) = if ct.starts_with("text/event-stream") {
             parse_sse(&raw)
         } else if raw.trim().is_empty() {
+            assert!(
+                status != 200 || !ct.starts_with("application/json"),
+                "HTTP 200 application/json with an empty body"
+            );
             (vec![], vec![])
         } else {
             match serde_json::from_str::<Value>(&raw) {
                 Ok(Value::Array(a)) => (a, vec![]),
                 Ok(v) => (vec![v], vec![]),
+                Err(e) if ct.starts_with("application/json") => {
+                    panic!("HTTP {status}: an application/json body that is not JSON ({e}): {raw}")
+                }
                 Err(_) => (vec![], vec![]),
             }
         };
