@@ -140,19 +140,11 @@ async fn backend_pid(c: &Client, id: i64) -> u32 {
 
 /// Asserts `r` is a JSON-RPC error from Gantry that names `backend`.
 fn assert_backend_error(r: &Value, code: i64, backend: &str) {
-    let err = r
-        .get("error")
-        .unwrap_or_else(|| panic!("expected an error, got {r}"));
-    assert_eq!(err["code"], json!(code), "error code in {r}");
+    let err = assert_rpc_error(r, code, Some(backend));
     let msg = err["message"].as_str().unwrap_or_default();
     assert!(
         msg.contains(&format!("`{backend}`")),
         "message does not name backend `{backend}`: {r}"
-    );
-    assert_eq!(
-        err["data"]["backend"],
-        json!(backend),
-        "error.data.backend in {r}"
     );
 }
 

@@ -86,17 +86,27 @@ impl Gantry {
 
     /// Starts gantry with a TOML config. `listen` is forced to an ephemeral port.
     pub fn with_config(toml: &str) -> Self {
+        Self::with_config_env(toml, &[])
+    }
+
+    /// [`Gantry::with_config`] with these variables added to Gantry's environment.
+    pub fn with_config_env(toml: &str, env: &[(&str, &str)]) -> Self {
         let dir = tempdir::TempDir::new();
         let path = dir.0.join("gantry.toml");
         std::fs::write(&path, toml).unwrap();
         let p = path.to_str().unwrap().to_owned();
-        Self::spawn(&["--config", &p], Some(dir))
+        Self::spawn_env(&["--config", &p], Some(dir), env)
     }
 
     fn spawn(args: &[&str], dir: Option<tempdir::TempDir>) -> Self {
+        Self::spawn_env(args, dir, &[])
+    }
+
+    fn spawn_env(args: &[&str], dir: Option<tempdir::TempDir>, env: &[(&str, &str)]) -> Self {
         let mut child = Command::new(gantry_bin())
             .args(["--listen", "127.0.0.1:0"])
             .args(args)
+            .envs(env.iter().copied())
             .env(
                 "RUST_LOG",
                 std::env::var("GANTRY_TEST_LOG").unwrap_or_else(|_| "info".into()),
@@ -667,9 +677,19 @@ pub struct HttpServer {
 impl HttpServer {
     /// Starts `program args… --http 127.0.0.1:0` with `env` added.
     pub fn start(program: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> Self {
+        Self::start_at(program, args, env, "127.0.0.1:0")
+    }
+
+    /// [`HttpServer::start`] on a given address.
+    pub fn start_at(
+        program: &std::path::Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+        addr: &str,
+    ) -> Self {
         let mut child = Command::new(program)
             .args(args)
-            .args(["--http", "127.0.0.1:0"])
+            .args(["--http", addr])
             .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -703,6 +723,11 @@ impl HttpServer {
     /// The example server over HTTP, with extra arguments.
     pub fn example(args: &[&str]) -> Self {
         Self::start(&example_bin(), args, &[])
+    }
+
+    /// The example server over HTTP, with extra environment (`MB_RECORD`, …).
+    pub fn example_with_env(env: &[(&str, &str)]) -> Self {
+        Self::start(&example_bin(), &[], env)
     }
 
     /// `tests/fixtures/NAME` run by python3 over HTTP.
@@ -739,4 +764,27 @@ pub fn assert_rpc_error<'a>(resp: &'a Value, code: i64, backend: Option<&str>) -
         );
     }
     err
+}
+
+/// A loopback port that was free a moment ago.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Polls `f` every 20 ms until it returns `Some`, for at most `within`.
+pub async fn poll_until<T>(within: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let end = Instant::now() + within;
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if Instant::now() >= end {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
