@@ -361,3 +361,38 @@ async fn session_clients_never_see_the_stateless_era_fields_of_a_stateless_backe
         .iter()
         .any(|m| m["method"] == "tools/call"));
 }
+
+#[tokio::test]
+async fn a_stateless_caller_gets_every_progress_notification_sent_just_before_the_result() {
+    // The fixture answers right after its last progress notification: the two
+    // reach Gantry back to back, and the notification must not lose to the result.
+    let s = dual(Transport::Stdio, "", "");
+    let sl = Stateless::new(&s.g);
+    for i in 0..40 {
+        let r = sl
+            .request(
+                json!(i),
+                "tools/call",
+                json!({"name": "progress", "arguments": {"steps": 3},
+                       "_meta": {"progressToken": format!("t{i}")}}),
+                json!({}),
+            )
+            .await;
+        let progress: Vec<&Value> = r
+            .messages
+            .iter()
+            .filter(|m| m["method"] == "notifications/progress")
+            .collect();
+        assert_eq!(progress.len(), 3, "call {i}: {}", r.raw);
+        assert_eq!(progress[2]["params"]["progress"], 3, "{}", r.raw);
+        assert!(progress
+            .iter()
+            .all(|m| m["params"]["progressToken"] == format!("t{i}").as_str()));
+        assert_eq!(
+            text_of(r.response(&json!(i)).unwrap()),
+            "done 3",
+            "{}",
+            r.raw
+        );
+    }
+}

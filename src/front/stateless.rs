@@ -795,9 +795,12 @@ async fn drive(
     accepts: Accepts,
 ) -> HttpResponse {
     loop {
+        // What the call sent before its result is taken first: a notification
+        // pushed just before the result must not lose to it.
         let up = tokio::select! {
-            r = &mut running.done => return complete(&app, &method, binding.as_ref(), id, r.ok().flatten(), accepts),
+            biased;
             up = running.up.recv() => up,
+            r = &mut running.done => return complete(&app, &method, binding.as_ref(), id, r.ok().flatten(), accepts),
         };
         match up {
             None => {
@@ -1046,13 +1049,16 @@ fn stream(
             return;
         }
         loop {
+            // Notifications sent before the result go first (see `drive`).
             let up = tokio::select! {
+                biased;
+                up = running.up.recv() => up,
                 r = &mut running.done => {
                     let (_, body) = final_message(&app, &method, binding.as_ref(), id, r.ok().flatten());
                     let _ = tx.send(event(body)).await;
                     return;
                 }
-                up = running.up.recv() => up,
+
                 // The client went away: dropping `running` cancels the call.
                 _ = tx.closed() => return,
             };
