@@ -396,3 +396,44 @@ async fn a_stateless_caller_gets_every_progress_notification_sent_just_before_th
         );
     }
 }
+
+/// `supportedVersions` of Gantry's `server/discover`.
+async fn discovered_versions(g: &Gantry) -> Vec<String> {
+    let r = Stateless::new(g)
+        .request(json!(1), "server/discover", json!({}), json!({}))
+        .await;
+    let resp = r.response(&json!(1)).unwrap_or_else(|| panic!("{}", r.raw));
+    resp["result"]["supportedVersions"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{resp}"))
+        .iter()
+        .map(|v| v.as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn the_stateless_era_is_offered_only_when_every_backend_speaks_it() {
+    // A client that can speak either era (the SDKs' `auto`) picks from this list:
+    // offered the stateless era in front of a session-era-only backend, it would
+    // get translation where a direct connection gives it the session era.
+    let both = dual(Transport::Stdio, "", "");
+    assert_eq!(
+        discovered_versions(&both.g).await.first().unwrap(),
+        "2026-07-28"
+    );
+    let old = dual(Transport::Stdio, "era = \"session\"", "");
+    let v = discovered_versions(&old.g).await;
+    assert!(!v.iter().any(|v| v == "2026-07-28"), "{v:?}");
+    assert_eq!(v.first().unwrap(), "2025-11-25", "{v:?}");
+    // A stateless request is still served (translated) for a client that sends one.
+    let who = whoami_stateless(&Stateless::new(&old.g), 2).await;
+    assert_eq!(who["era"], "session", "{who}");
+    // Several backends: all must speak it.
+    let mixed = Gantry::with_config(&format!(
+        "[[backends]]\nname = \"a\"\nstdio = {{ command = \"python3\", args = [{f:?}] }}\n\
+         [[backends]]\nname = \"b\"\nera = \"session\"\nstdio = {{ command = \"python3\", args = [{f:?}] }}\n",
+        f = fixture("dual_era_server.py").to_str().unwrap()
+    ));
+    let v = discovered_versions(&mixed).await;
+    assert!(!v.iter().any(|v| v == "2026-07-28"), "{v:?}");
+}

@@ -525,9 +525,18 @@ fn discover(app: &App, internal: &Internal, id: RequestId) -> HttpResponse {
     if let Some(c) = caps.as_object_mut() {
         c.remove("tasks");
     }
+    // The stateless era is offered only when every backend speaks it: a client
+    // that can speak either (the SDKs' `auto`) then takes the session era, which
+    // every backend serves without loss, as it would directly. Stateless requests
+    // are still served, translated, for clients that send them anyway.
+    let versions: Vec<&str> = if app.router.all_speak(Era::Stateless) {
+        all_versions()
+    } else {
+        SESSION_VERSIONS.to_vec()
+    };
     let mut result = json!({
         "resultType": "complete",
-        "supportedVersions": all_versions(),
+        "supportedVersions": versions,
         "capabilities": caps,
         "_meta": { META_SERVER_INFO: server_info() },
         "ttlMs": 0,

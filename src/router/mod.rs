@@ -547,6 +547,13 @@ impl Router {
             .collect()
     }
 
+    /// Whether every backend is known to speak `era`.
+    pub fn all_speak(&self, era: Era) -> bool {
+        self.slots
+            .iter()
+            .all(|s| s.stats.eras.get(era) == Some(true))
+    }
+
     /// Backend names, in configuration order.
     pub fn backend_names(&self) -> Vec<String> {
         self.slots.iter().map(|s| s.cfg.name.clone()).collect()
