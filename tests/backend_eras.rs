@@ -328,6 +328,75 @@ async fn list_changes_from_a_stateless_backend_reach_session_clients() {
     );
 }
 
+#[tokio::test]
+async fn a_session_clients_subscription_to_a_stateless_backend_is_in_force_when_answered() {
+    // The subscription travels on the listen stream Gantry keeps on the backend:
+    // `resources/subscribe` returns once the backend acknowledged the stream that
+    // carries it, so an update the client causes right after reaches it.
+    let dir = Scratch::new("subscribe");
+    let record = dir.0.join("received.jsonl");
+    // The backend's listen streams take effect 200 ms after they arrive (as over
+    // HTTP, once the stream is set up); the calls in between are served at once.
+    let g = Gantry::with_config(&format!(
+        "[[backends]]\nname = \"modern\"\n\
+         stdio = {{ command = \"python3\", args = [{:?}], env = {{ MB_RECORD = {:?}, MB_LISTEN_DELAY_MS = \"200\" }} }}\n",
+        fixture("stateless_server.py").to_str().unwrap(),
+        record.to_str().unwrap()
+    ));
+    let mut c = g.client();
+    c.initialize().await;
+    let get = c
+        .http
+        .get(&c.url)
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", c.session.clone().unwrap())
+        .header("mcp-protocol-version", "2025-11-25")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(get.status(), 200);
+    let mut body = get;
+    let mut parser = gantry::sse::Parser::new(1 << 20);
+    for i in 0..3 {
+        let uri = format!("test://r{i}");
+        let r = c
+            .request(json!(100 + i), "resources/subscribe", json!({"uri": uri}))
+            .await;
+        assert!(
+            r.response(&json!(100 + i)).unwrap()["result"].is_object(),
+            "{}",
+            r.raw
+        );
+        let t = c.call_tool(json!(i), "touch", json!({"uri": uri})).await;
+        assert_eq!(
+            text_of(&t),
+            "touched 1",
+            "the backend had no listener for {uri}"
+        );
+        let end = Instant::now() + PROMPT;
+        loop {
+            let chunk = tokio::time::timeout_at(end.into(), body.chunk())
+                .await
+                .unwrap_or_else(|_| panic!("no update of {uri} on the GET stream"))
+                .unwrap()
+                .unwrap();
+            let got = parser
+                .feed(&chunk)
+                .unwrap()
+                .iter()
+                .filter(|e| !e.data.trim().is_empty())
+                .map(|e| serde_json::from_str::<Value>(&e.data).unwrap())
+                .any(|m| {
+                    m["method"] == "notifications/resources/updated"
+                        && m["params"]["uri"] == uri.as_str()
+                });
+            if got {
+                break;
+            }
+        }
+    }
+}
+
 /// The example server over HTTP, refusing the stateless era (a pre-2026 server).
 struct SessionEraHttp(std::process::Child, String);
 

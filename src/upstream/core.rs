@@ -80,6 +80,9 @@ struct Pending {
     sink: Option<Sink>,
     /// The progress token the client chose, restored on the way back.
     client_progress: Option<serde_json::Value>,
+    /// Gantry's `subscriptions/listen`: the version of the subscribed resources it
+    /// carries (its acknowledgement puts them in force).
+    listen_version: Option<u64>,
     reply: oneshot::Sender<Result<Response, UpstreamError>>,
 }
 
@@ -120,6 +123,11 @@ pub(crate) struct Core {
     /// `subscriptions/listen` asks for their updates), and a nudge when they change.
     listen_uris: Mutex<std::collections::BTreeSet<String>>,
     listen_changed: tokio::sync::Notify,
+    /// Bumped (under `listen_uris`) on every change of the subscribed resources;
+    /// and the version the backend last acknowledged a listen stream of (a
+    /// subscription is in force once acknowledged).
+    listen_version: AtomicU64,
+    listen_acked: watch::Sender<u64>,
     /// Stateless-era HTTP backends: their tools' `Mcp-Param-*` declarations
     /// (`None`: not listed since the last `tools/list_changed`).
     tool_headers: Mutex<Option<Arc<crate::mcp_param::ToolHeaders>>>,
@@ -229,6 +237,23 @@ impl Core {
         timeout: Duration,
         headers: Vec<(String, String)>,
     ) -> Result<Response, UpstreamError> {
+        self.send_request(gen, method, params, sink, cancel, timeout, headers, None)
+            .await
+    }
+
+    /// [`Core::request_with`], optionally as a listen stream carrying `listen_version`.
+    #[allow(clippy::too_many_arguments)]
+    async fn send_request(
+        self: &Arc<Self>,
+        gen: u64,
+        method: &str,
+        params: Option<Box<RawValue>>,
+        sink: Option<Sink>,
+        cancel: &CancellationToken,
+        timeout: Duration,
+        headers: Vec<(String, String)>,
+        listen_version: Option<u64>,
+    ) -> Result<Response, UpstreamError> {
         let id = self.next_id();
         let (params, client_progress) = rewrite_progress_token(params, id);
         let (tx, rx) = oneshot::channel();
@@ -238,6 +263,7 @@ impl Core {
                 gen,
                 sink,
                 client_progress,
+                listen_version,
                 reply: tx,
             },
         );
@@ -472,7 +498,25 @@ impl Core {
                 }
             }
             // A stateless-era backend acknowledging Gantry's listen: nothing for clients.
-            "notifications/subscriptions/acknowledged" => {}
+            "notifications/subscriptions/acknowledged" => {
+                // Which listen it acknowledges: its subscriptionId is the listen
+                // request's id (an old, cancelled listen's counts for nothing).
+                let listen = parse_object(n.params.as_deref())
+                    .and_then(|p| {
+                        p.get("_meta")?
+                            .get(crate::mcp::META_SUBSCRIPTION_ID)?
+                            .as_u64()
+                    })
+                    .and_then(|id| lock(&self.pending).get(&id)?.listen_version);
+                let Some(v) = listen else { return };
+                self.listen_acked.send_if_modified(|acked| {
+                    let newer = v > *acked;
+                    if newer {
+                        *acked = v;
+                    }
+                    newer
+                });
+            }
             "notifications/tools/list_changed" => {
                 *lock(&self.tool_headers) = None;
                 match self.owner() {
@@ -567,6 +611,9 @@ fn parse_object(raw: Option<&RawValue>) -> Option<serde_json::Map<String, serde_
     serde_json::from_str(raw?.get()).ok()
 }
 
+/// How long a `resources/subscribe` for a stateless-era backend waits for the
+/// backend to acknowledge the listen stream that carries it.
+const LISTEN_ACK_WAIT: Duration = Duration::from_secs(5);
 /// How long a backend's `subscriptions/listen` may stay open before Gantry renews it.
 const LISTEN_RENEW: Duration = Duration::from_secs(24 * 3600);
 
@@ -592,10 +639,15 @@ async fn keep_listening(core: Arc<Core>, shutdown: CancellationToken) {
         };
         let caps = info.capabilities();
         let on = |p: &str| caps.pointer(p) == Some(&serde_json::Value::Bool(true));
-        let uris: Vec<String> = if on("/resources/subscribe") {
-            lock(&core.listen_uris).iter().cloned().collect()
-        } else {
-            Vec::new()
+        let (uris, version): (Vec<String>, u64) = {
+            let set = lock(&core.listen_uris);
+            let version = core.listen_version.load(Ordering::Acquire);
+            let uris = if on("/resources/subscribe") {
+                set.iter().cloned().collect()
+            } else {
+                Vec::new()
+            };
+            (uris, version)
         };
         let mut filter = serde_json::Map::new();
         for (key, ptr) in [
@@ -611,6 +663,14 @@ async fn keep_listening(core: Arc<Core>, shutdown: CancellationToken) {
             filter.insert("resourceSubscriptions".into(), serde_json::json!(uris));
         }
         if filter.is_empty() {
+            // Nothing to listen for: nothing to wait for either.
+            core.listen_acked.send_if_modified(|acked| {
+                let newer = version > *acked;
+                if newer {
+                    *acked = version;
+                }
+                newer
+            });
             tokio::select! {
                 r = state.changed() => if r.is_err() { return },
                 _ = core.listen_changed.notified() => {}
@@ -621,13 +681,15 @@ async fn keep_listening(core: Arc<Core>, shutdown: CancellationToken) {
         let params =
             to_raw(&serde_json::json!({ "notifications": filter, "_meta": own_meta(&core) }));
         let cancel = CancellationToken::new();
-        let listen = core.request(
+        let listen = core.send_request(
             gen,
             "subscriptions/listen",
             Some(params),
             None,
             &cancel,
             LISTEN_RENEW,
+            Vec::new(),
+            Some(version),
         );
         tokio::select! {
             r = listen => {
@@ -840,6 +902,8 @@ impl Conn {
             direct: cfg.stdio.is_some(),
             listen_uris: Mutex::new(std::collections::BTreeSet::new()),
             listen_changed: tokio::sync::Notify::new(),
+            listen_version: AtomicU64::new(0),
+            listen_acked: watch::channel(0).0,
             tool_headers: Mutex::new(None),
             probing: Mutex::new(None),
         });
@@ -955,14 +1019,24 @@ impl Conn {
                 };
                 let changed = {
                     let mut uris = lock(&self.core.listen_uris);
-                    if method == "resources/subscribe" {
+                    let changed = if method == "resources/subscribe" {
                         uris.insert(uri)
                     } else {
                         uris.remove(&uri)
-                    }
+                    };
+                    changed.then(|| self.core.listen_version.fetch_add(1, Ordering::AcqRel) + 1)
                 };
-                if changed {
+                if let Some(version) = changed {
                     self.core.listen_changed.notify_one();
+                    if method == "resources/subscribe" {
+                        // Answered once the backend's listen stream carries the URI, so
+                        // an update the client causes right after is not missed.
+                        let mut acked = self.core.listen_acked.subscribe();
+                        let wait = acked.wait_for(|a| *a >= version);
+                        if tokio::time::timeout(LISTEN_ACK_WAIT, wait).await.is_err() {
+                            tracing::debug!(backend = %self.core.name, "the backend did not acknowledge the subscription in time");
+                        }
+                    }
                 }
                 return done();
             }
