@@ -576,8 +576,12 @@ async fn delete_stops_only_that_sessions_backend() {
 
     // The other session is untouched.
     assert!(alive(p2) && alive(s2));
-    let kids: Vec<u32> = children_of(g.pid()).into_iter().map(|(p, _)| p).collect();
-    assert_eq!(kids, [p2], "gantry's children after the DELETE");
+    let tree: Vec<u32> = descendants_of(g.pid()).into_iter().map(|(p, _)| p).collect();
+    let mut expected = vec![p2, s2];
+    expected.sort_unstable();
+    let mut tree_sorted = tree.clone();
+    tree_sorted.sort_unstable();
+    assert_eq!(tree_sorted, expected, "gantry's process tree after the DELETE");
     let r = bounded(
         "echo",
         PROMPT,
@@ -589,7 +593,7 @@ async fn delete_stops_only_that_sessions_backend() {
     // Ending the last session leaves gantry without children.
     assert_eq!(delete_session(&c2).await, 200);
     let gone = poll(PROMPT, || {
-        (!alive(p2) && !alive(s2) && children_of(g.pid()).is_empty()).then_some(())
+        (!alive(p2) && !alive(s2) && descendants_of(g.pid()).is_empty()).then_some(())
     })
     .await;
     assert!(
