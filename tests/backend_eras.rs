@@ -285,37 +285,14 @@ async fn list_changes_from_a_stateless_backend_reach_session_clients() {
         assert!(Instant::now() < deadline, "no listen reached the backend");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let get = c
-        .http
-        .get(&c.url)
-        .header("accept", "text/event-stream")
-        .header("mcp-session-id", c.session.clone().unwrap())
-        .header("mcp-protocol-version", "2025-11-25")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(get.status(), 200);
+    let mut get = common::SseReader::new(c.open_get().await);
     let r = c.call_tool(json!(1), "change", json!({})).await;
     assert_eq!(text_of(&r), "changed");
-    let mut body = get;
-    let mut parser = gantry::sse::Parser::new(1 << 20);
-    let end = Instant::now() + PROMPT;
-    let got = loop {
-        let chunk = tokio::time::timeout_at(end.into(), body.chunk())
-            .await
-            .expect("no list_changed on the GET stream")
-            .unwrap()
-            .unwrap();
-        let evs = parser.feed(&chunk).unwrap();
-        if let Some(m) = evs
-            .iter()
-            .filter(|e| !e.data.trim().is_empty())
-            .map(|e| serde_json::from_str::<Value>(&e.data).unwrap())
-            .find(|m| m["method"] == "notifications/tools/list_changed")
-        {
-            break m;
-        }
-    };
+    let got = get
+        .message_where(common::deadline(10), |m| {
+            m["method"] == "notifications/tools/list_changed"
+        })
+        .await;
     assert!(got.get("id").is_none(), "{got}");
     // Gantry's listen is its own: not a client request waiting on the backend.
     assert!(
@@ -345,18 +322,7 @@ async fn a_session_clients_subscription_to_a_stateless_backend_is_in_force_when_
     ));
     let mut c = g.client();
     c.initialize().await;
-    let get = c
-        .http
-        .get(&c.url)
-        .header("accept", "text/event-stream")
-        .header("mcp-session-id", c.session.clone().unwrap())
-        .header("mcp-protocol-version", "2025-11-25")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(get.status(), 200);
-    let mut body = get;
-    let mut parser = gantry::sse::Parser::new(1 << 20);
+    let mut get = common::SseReader::new(c.open_get().await);
     for i in 0..3 {
         let uri = format!("test://r{i}");
         let r = c
@@ -373,27 +339,10 @@ async fn a_session_clients_subscription_to_a_stateless_backend_is_in_force_when_
             "touched 1",
             "the backend had no listener for {uri}"
         );
-        let end = Instant::now() + PROMPT;
-        loop {
-            let chunk = tokio::time::timeout_at(end.into(), body.chunk())
-                .await
-                .unwrap_or_else(|_| panic!("no update of {uri} on the GET stream"))
-                .unwrap()
-                .unwrap();
-            let got = parser
-                .feed(&chunk)
-                .unwrap()
-                .iter()
-                .filter(|e| !e.data.trim().is_empty())
-                .map(|e| serde_json::from_str::<Value>(&e.data).unwrap())
-                .any(|m| {
-                    m["method"] == "notifications/resources/updated"
-                        && m["params"]["uri"] == uri.as_str()
-                });
-            if got {
-                break;
-            }
-        }
+        get.message_where(common::deadline(10), |m| {
+            m["method"] == "notifications/resources/updated" && m["params"]["uri"] == uri.as_str()
+        })
+        .await;
     }
 }
 

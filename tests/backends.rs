@@ -576,12 +576,18 @@ async fn delete_stops_only_that_sessions_backend() {
 
     // The other session is untouched.
     assert!(alive(p2) && alive(s2));
-    let tree: Vec<u32> = descendants_of(g.pid()).into_iter().map(|(p, _)| p).collect();
+    let tree: Vec<u32> = descendants_of(g.pid())
+        .into_iter()
+        .map(|(p, _)| p)
+        .collect();
     let mut expected = vec![p2, s2];
     expected.sort_unstable();
     let mut tree_sorted = tree.clone();
     tree_sorted.sort_unstable();
-    assert_eq!(tree_sorted, expected, "gantry's process tree after the DELETE");
+    assert_eq!(
+        tree_sorted, expected,
+        "gantry's process tree after the DELETE"
+    );
     let r = bounded(
         "echo",
         PROMPT,

@@ -12,107 +12,14 @@
 
 mod common;
 use common::*;
-use futures::StreamExt;
 use gantry::sse::Event;
 use serde_json::{json, Value};
-use std::collections::VecDeque;
-use std::pin::Pin;
 use std::time::Duration;
 use tokio::time::Instant;
 
 // ---------------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------------
-
-/// Upper bound on chunks read from one SSE body (every loop is bounded in count too).
-const MAX_CHUNKS: usize = 100_000;
-
-/// An SSE body read incrementally, event by event, each read bounded by a deadline.
-struct SseReader {
-    body: Pin<Box<dyn futures::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>,
-    parser: gantry::sse::Parser,
-    queue: VecDeque<Event>,
-    chunks: usize,
-    /// Everything received so far (for failure messages).
-    raw: String,
-}
-
-/// What one bounded read found.
-#[derive(Debug)]
-enum Next {
-    Event(Event),
-    /// The server ended the body.
-    End,
-    /// The deadline passed first.
-    Timeout,
-}
-
-impl SseReader {
-    fn new(resp: reqwest::Response) -> Self {
-        Self {
-            body: Box::pin(resp.bytes_stream()),
-            parser: gantry::sse::Parser::new(16 << 20),
-            queue: VecDeque::new(),
-            chunks: 0,
-            raw: String::new(),
-        }
-    }
-
-    /// The next event (keep-alive comments are skipped by the parser).
-    async fn next(&mut self, deadline: Instant) -> Next {
-        loop {
-            if let Some(e) = self.queue.pop_front() {
-                return Next::Event(e);
-            }
-            assert!(
-                self.chunks < MAX_CHUNKS,
-                "too many chunks on one SSE stream: {}",
-                self.raw
-            );
-            self.chunks += 1;
-            match tokio::time::timeout_at(deadline, self.body.next()).await {
-                Err(_) => return Next::Timeout,
-                Ok(None) => return Next::End,
-                // A reset connection is an end too; the caller asserts what it expected.
-                Ok(Some(Err(_))) => return Next::End,
-                Ok(Some(Ok(bytes))) => {
-                    self.raw.push_str(&String::from_utf8_lossy(&bytes));
-                    self.queue
-                        .extend(self.parser.feed(&bytes).expect("well-formed SSE"));
-                }
-            }
-        }
-    }
-
-    /// The next event, which must come before `deadline`.
-    async fn expect_event(&mut self, deadline: Instant) -> Event {
-        match self.next(deadline).await {
-            Next::Event(e) => e,
-            other => panic!(
-                "expected an SSE event, got {other:?}; stream so far: {}",
-                self.raw
-            ),
-        }
-    }
-
-    /// Reads until a JSON-RPC message satisfying `pred` arrives (before `deadline`).
-    async fn message_where(&mut self, deadline: Instant, pred: impl Fn(&Value) -> bool) -> Value {
-        loop {
-            let e = self.expect_event(deadline).await;
-            if e.data.trim().is_empty() {
-                continue;
-            }
-            let v: Value = serde_json::from_str(&e.data).expect("SSE data is JSON");
-            if pred(&v) {
-                return v;
-            }
-        }
-    }
-}
-
-fn deadline(secs: u64) -> Instant {
-    Instant::now() + Duration::from_secs(secs)
-}
 
 /// A POST to the MCP endpoint with exactly this Accept (none if `None`) and the
 /// client's session headers; nothing else added.
@@ -172,7 +79,6 @@ fn assert_http_error(r: &Reply, status: u16, code: Option<i64>) {
     }
 }
 
-/// `<stream>_<seq>` with both parts numbers.
 /// All events of a complete SSE body.
 fn sse_events(raw: &str) -> Vec<Event> {
     gantry::sse::Parser::new(64 << 20)

@@ -65,19 +65,6 @@ async fn read_until(
     got
 }
 
-async fn open_get(c: &Client) -> reqwest::Response {
-    let r = c
-        .http
-        .get(&c.url)
-        .header("accept", "text/event-stream")
-        .header("mcp-session-id", c.session.as_ref().unwrap())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status().as_u16(), 200);
-    r
-}
-
 #[tokio::test]
 async fn progress_reaches_only_its_owner() {
     let g = Gantry::with_config(&shared_config(""));
@@ -173,7 +160,7 @@ async fn resource_updates_reach_only_subscribers() {
         m.iter()
             .any(|m| m["method"] == "notifications/resources/updated" && m["params"]["uri"] == uri)
     };
-    let streams = futures::future::join_all(clients.iter().map(open_get)).await;
+    let streams = futures::future::join_all(clients.iter().map(Client::open_get)).await;
     let mut reads = Vec::new();
     for (i, s) in streams.into_iter().enumerate() {
         // Subscribers: until the first update (bounded). The bystander: a fixed window.
@@ -199,7 +186,7 @@ async fn resource_updates_reach_only_subscribers() {
         .request(json!(2), "resources/unsubscribe", json!({"uri": uri}))
         .await;
     assert!(r.response(&json!(2)).unwrap()["result"].is_object());
-    let again = read_until(open_get(&clients[1]).await, Duration::from_secs(10), |m| {
+    let again = read_until(clients[1].open_get().await, Duration::from_secs(10), |m| {
         updated(m)
     })
     .await;

@@ -788,3 +788,119 @@ pub async fn poll_until<T>(within: Duration, mut f: impl FnMut() -> Option<T>) -
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+// ---------------------------------------------------------------------------------
+// Reading SSE streams event by event
+// ---------------------------------------------------------------------------------
+
+/// Upper bound on chunks read from one SSE body (every loop is bounded in count too).
+const MAX_CHUNKS: usize = 100_000;
+
+/// An SSE body read incrementally, event by event, each read bounded by a deadline.
+pub struct SseReader {
+    body: std::pin::Pin<Box<dyn futures::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>,
+    parser: gantry::sse::Parser,
+    queue: std::collections::VecDeque<gantry::sse::Event>,
+    chunks: usize,
+    /// Everything received so far (for failure messages).
+    pub raw: String,
+}
+
+/// What one bounded read found.
+#[derive(Debug)]
+pub enum Next {
+    Event(gantry::sse::Event),
+    /// The server ended the body.
+    End,
+    /// The deadline passed first.
+    Timeout,
+}
+
+impl SseReader {
+    pub fn new(resp: reqwest::Response) -> Self {
+        Self {
+            body: Box::pin(resp.bytes_stream()),
+            parser: gantry::sse::Parser::new(16 << 20),
+            queue: std::collections::VecDeque::new(),
+            chunks: 0,
+            raw: String::new(),
+        }
+    }
+
+    /// The next event (keep-alive comments are skipped by the parser).
+    pub async fn next(&mut self, deadline: tokio::time::Instant) -> Next {
+        loop {
+            if let Some(e) = self.queue.pop_front() {
+                return Next::Event(e);
+            }
+            assert!(
+                self.chunks < MAX_CHUNKS,
+                "too many chunks on one SSE stream: {}",
+                self.raw
+            );
+            self.chunks += 1;
+            match tokio::time::timeout_at(deadline, futures::StreamExt::next(&mut self.body)).await
+            {
+                Err(_) => return Next::Timeout,
+                Ok(None) => return Next::End,
+                // A reset connection is an end too; the caller asserts what it expected.
+                Ok(Some(Err(_))) => return Next::End,
+                Ok(Some(Ok(bytes))) => {
+                    self.raw.push_str(&String::from_utf8_lossy(&bytes));
+                    self.queue
+                        .extend(self.parser.feed(&bytes).expect("well-formed SSE"));
+                }
+            }
+        }
+    }
+
+    /// The next event, which must come before `deadline`.
+    pub async fn expect_event(&mut self, deadline: tokio::time::Instant) -> gantry::sse::Event {
+        match self.next(deadline).await {
+            Next::Event(e) => e,
+            other => panic!(
+                "expected an SSE event, got {other:?}; stream so far: {}",
+                self.raw
+            ),
+        }
+    }
+
+    /// Reads until a JSON-RPC message satisfying `pred` arrives (before `deadline`).
+    pub async fn message_where(
+        &mut self,
+        deadline: tokio::time::Instant,
+        pred: impl Fn(&Value) -> bool,
+    ) -> Value {
+        loop {
+            let e = self.expect_event(deadline).await;
+            if e.data.trim().is_empty() {
+                continue;
+            }
+            let v: Value = serde_json::from_str(&e.data).expect("SSE data is JSON");
+            if pred(&v) {
+                return v;
+            }
+        }
+    }
+}
+
+pub fn deadline(secs: u64) -> tokio::time::Instant {
+    tokio::time::Instant::now() + std::time::Duration::from_secs(secs)
+}
+
+impl Client {
+    /// Opens the session's GET stream (which must be accepted: 200).
+    pub async fn open_get(&self) -> reqwest::Response {
+        let r = self
+            .http
+            .get(&self.url)
+            .header("accept", "text/event-stream")
+            .header("mcp-session-id", self.session.as_deref().unwrap())
+            .header("mcp-protocol-version", &self.version)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 200, "GET stream refused");
+        r
+    }
+}
