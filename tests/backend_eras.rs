@@ -346,42 +346,11 @@ async fn a_session_clients_subscription_to_a_stateless_backend_is_in_force_when_
     }
 }
 
-/// The example server over HTTP, refusing the stateless era (a pre-2026 server).
-struct SessionEraHttp(std::process::Child, String);
-
-impl SessionEraHttp {
-    fn start() -> Self {
-        use std::io::{BufRead, BufReader};
-        let mut child = std::process::Command::new(common::example_bin())
-            .args(["--http", "127.0.0.1:0", "--session-era-only"])
-            .stderr(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let mut lines = BufReader::new(stderr).lines();
-        let url = loop {
-            let line = lines.next().expect("example server exited").unwrap();
-            if let Some(u) = line.split("listening on ").nth(1) {
-                break u.trim().to_owned();
-            }
-        };
-        std::thread::spawn(move || for _ in lines {});
-        Self(child, url)
-    }
-}
-
-impl Drop for SessionEraHttp {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[tokio::test]
 async fn a_session_era_http_backend_is_detected_and_serves_both_eras_of_clients() {
-    let backend = SessionEraHttp::start();
-    let g = Gantry::start(&["--http", &backend.1]);
+    // The example server over HTTP, refusing the stateless era (a pre-2026 server).
+    let backend = common::HttpServer::example(&["--session-era-only"]);
+    let g = Gantry::start(&["--http", &backend.url]);
     // A session-era client, as before.
     let mut c = g.client();
     c.initialize().await;

@@ -16,9 +16,8 @@ mod common;
 use common::*;
 use serde_json::{json, Value};
 use std::future::Future;
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Upper bound for anything that should be "prompt" on a loaded CI machine.
@@ -207,53 +206,6 @@ fn run_bounded(cmd: &mut Command, within: Duration) -> (Option<i32>, String, Str
         std::fs::read_to_string(out).unwrap(),
         std::fs::read_to_string(err).unwrap(),
     )
-}
-
-/// `gantry-example --http 127.0.0.1:0`, killed on drop.
-struct HttpExample {
-    child: Child,
-    url: String,
-}
-
-impl HttpExample {
-    fn start() -> Self {
-        let mut child = Command::new(example_bin())
-            .args(["--http", "127.0.0.1:0"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start gantry-example --http");
-        let stderr = child.stderr.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut tx = Some(tx);
-            // Keeps draining stderr so the server never blocks on a full pipe.
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                if let Some(url) = line.trim().strip_prefix("listening on ") {
-                    if let Some(tx) = tx.take() {
-                        let _ = tx.send(url.to_owned());
-                    }
-                }
-            }
-        });
-        match rx.recv_timeout(Duration::from_secs(30)) {
-            Ok(url) => Self { child, url },
-            Err(_) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("gantry-example --http did not report its address");
-            }
-        }
-    }
-}
-
-impl Drop for HttpExample {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 // ---------------------------------------------------------------------------------
@@ -626,7 +578,7 @@ async fn delete_stops_only_that_sessions_backend() {
 
 #[tokio::test]
 async fn http_backend_works_and_its_death_is_a_clear_error() {
-    let mut backend = HttpExample::start();
+    let mut backend = HttpServer::example(&[]);
     let g = Gantry::start(&["--http", &backend.url]);
     let mut c = g.client();
     let init = bounded("initialize", PROMPT, c.initialize()).await;
