@@ -455,3 +455,53 @@ async fn a_stateless_http_backend_gets_the_eras_headers() {
     assert_eq!(h["mcp-param-priority"], "3", "{call}");
     assert!(h.get("mcp-session-id").is_none(), "{call}");
 }
+
+#[tokio::test]
+async fn a_client_has_at_most_64_server_requests_waiting_for_its_answers() {
+    let dir = Scratch::new("ask-cap");
+    let record = dir.file("received.jsonl");
+    let g = Gantry::with_config(&format!(
+        "[[backends]]\nname = \"mb\"\n\
+         stdio = {{ command = \"python3\", args = [{:?}], env = {{ MB_RECORD = {:?} }} }}\n",
+        fixture("misbehaving_server.py").to_str().unwrap(),
+        record.to_str().unwrap()
+    ));
+    let mut c = g.client();
+    c.initialize_with(json!({"roots": {}})).await;
+    // 65 requests at once, none answered by the client: the 65th is refused to the
+    // backend at once; 64 reach the client.
+    let resp = c
+        .post_builder()
+        .body(json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"ask_many","arguments":{"n":65}}}).to_string())
+        .send()
+        .await
+        .unwrap();
+    let mut sse = SseReader::new(resp);
+    let mut asked = 0;
+    while asked < 64 {
+        let m = sse
+            .message_where(deadline(10), |m| m["method"] == "roots/list")
+            .await;
+        assert!(m.get("id").is_some(), "{m}");
+        asked += 1;
+    }
+    let refused = poll_until(PROMPT, || {
+        let errors: Vec<Value> = recorded(&record)
+            .into_iter()
+            .filter(|m| m.get("method").is_none() && m.get("error").is_some())
+            .collect();
+        (!errors.is_empty()).then_some(errors)
+    })
+    .await
+    .expect("no request was refused to the backend");
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert_eq!(refused[0]["error"]["code"], -32603, "{}", refused[0]);
+    // And no 65th reached the client.
+    match sse
+        .next(tokio::time::Instant::now() + Duration::from_millis(300))
+        .await
+    {
+        Next::Timeout => {}
+        other => panic!("more reached the client: {other:?}"),
+    }
+}
