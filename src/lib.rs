@@ -10,7 +10,6 @@ pub mod example;
 pub mod front;
 pub mod jsonrpc;
 pub mod mcp;
-pub mod mcp_param;
 pub mod router;
 pub mod session;
 pub mod sse;

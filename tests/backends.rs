@@ -343,7 +343,10 @@ async fn garbage_and_overlong_lines_on_stdout_are_logged_and_skipped() {
         .iter()
         .filter_map(|t| t["name"].as_str())
         .collect();
-    assert_eq!(names, ["echo", "pid", "crash", "hang", "change"]);
+    assert_eq!(
+        names,
+        ["echo", "pid", "crash", "hang", "change", "ask_many"]
+    );
 
     for i in 0..3 {
         let msg = format!("through the noise {i}");

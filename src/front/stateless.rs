@@ -27,15 +27,13 @@ use super::{run_tracked_as, with_sse_headers, Accepts, App, FrontError};
 use crate::auth::Principal;
 use crate::call::{ClientAnswer, Downstream, Sink};
 use crate::jsonrpc::{code, to_raw, Message, Notification, Request, RequestId, Response, RpcError};
+use crate::mcp::param::ToolHeaders;
 use crate::mcp::{Era, LATEST_SESSION_VERSION};
-use crate::mcp_param::ToolHeaders;
 use crate::router::{level_rank, Caller, ClientInit, SESSION_VERSIONS};
 use crate::session::Session;
 use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response as HttpResponse};
-use base64::engine::general_purpose::STANDARD;
-use base64::Engine as _;
 use futures::future::BoxFuture;
 use indexmap::IndexMap;
 use serde_json::value::RawValue;
@@ -75,13 +73,10 @@ const CACHEABLE: [&str; 6] = [
     "resources/read",
 ];
 
-/// Methods that may answer `input_required`, and the param naming what they act on.
+/// Methods that may answer `input_required`, and the param naming what they act on
+/// (the same field `Mcp-Name` mirrors).
 fn input_capable(method: &str) -> Option<&'static str> {
-    match method {
-        "tools/call" | "prompts/get" => Some("name"),
-        "resources/read" => Some("uri"),
-        _ => None,
-    }
+    crate::mcp::header::name_field(method)
 }
 
 /// Every version Gantry serves, newest first (for `server/discover` and -32022).
@@ -152,22 +147,12 @@ struct Declared {
     log_rank: Option<u8>,
 }
 
-/// A header value as the spec compares it: surrounding whitespace trimmed, and
-/// `=?base64?…?=` decoded (strictly: bad padding or characters are a mismatch).
+/// A header value as the spec compares it (see [`crate::mcp::header::decode`]);
+/// `Err` when it is not valid.
 fn header_text(headers: &HeaderMap, name: &str) -> Result<Option<String>, ()> {
-    let Some(v) = headers.get(name) else {
-        return Ok(None);
-    };
-    let v = v.to_str().map_err(|_| ())?.trim_matches([' ', '\t']);
-    match v
-        .strip_prefix("=?base64?")
-        .and_then(|r| r.strip_suffix("?="))
-    {
-        Some(encoded) => {
-            let bytes = STANDARD.decode(encoded).map_err(|_| ())?;
-            String::from_utf8(bytes).map(Some).map_err(|_| ())
-        }
-        None => Ok(Some(v.to_owned())),
+    match headers.get(name) {
+        None => Ok(None),
+        Some(v) => crate::mcp::header::decode(v.as_bytes()).map(Some).ok_or(()),
     }
 }
 
@@ -374,7 +359,7 @@ pub(crate) async fn post(
         let arguments = params.get("arguments").cloned().unwrap_or(Value::Null);
         let sent_any = headers.keys().any(|k| k.as_str().starts_with("mcp-param-"));
         if !mirrored.is_empty() || sent_any {
-            if let Err(why) = crate::mcp_param::check(mirrored, &arguments, |h| {
+            if let Err(why) = crate::mcp::param::check(mirrored, &arguments, |h| {
                 headers.get(h).map(HeaderValue::as_bytes)
             }) {
                 return answer(
@@ -1350,7 +1335,7 @@ async fn tool_headers(app: &App, internal: &Internal) -> Arc<ToolHeaders> {
             return Arc::new(all);
         };
         if let Some(tools) = page.get("tools").and_then(Value::as_array) {
-            crate::mcp_param::of_tools(tools, &mut all);
+            crate::mcp::param::of_tools(tools, &mut all);
         }
         match page.get("nextCursor") {
             Some(c) if !c.is_null() => cursor = Some(c.clone()),

@@ -5,6 +5,9 @@
 //!
 //! See `README.md` beside this file for the two eras and where each rule lives.
 
+pub mod header;
+pub mod param;
+
 use serde_json::{Map, Value};
 
 /// The two eras of MCP.

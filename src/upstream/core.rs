@@ -130,7 +130,7 @@ pub(crate) struct Core {
     listen_acked: watch::Sender<u64>,
     /// Stateless-era HTTP backends: their tools' `Mcp-Param-*` declarations
     /// (`None`: not listed since the last `tools/list_changed`).
-    tool_headers: Mutex<Option<Arc<crate::mcp_param::ToolHeaders>>>,
+    tool_headers: Mutex<Option<Arc<crate::mcp::param::ToolHeaders>>>,
     /// The era of a handshake attempt that is not the last to try, while it is
     /// unanswered: a stdio backend that dies meanwhile died of it, and its
     /// supervisor restarts it at once for the other era, without a failure between.
@@ -1131,11 +1131,11 @@ impl Conn {
             .get("arguments")
             .cloned()
             .unwrap_or(serde_json::Value::Null);
-        crate::mcp_param::headers_for(mirrored, &arguments)
+        crate::mcp::param::headers_for(mirrored, &arguments)
     }
 
-    async fn list_tool_headers(&self, gen: u64) -> crate::mcp_param::ToolHeaders {
-        let mut all = crate::mcp_param::ToolHeaders::new();
+    async fn list_tool_headers(&self, gen: u64) -> crate::mcp::param::ToolHeaders {
+        let mut all = crate::mcp::param::ToolHeaders::new();
         let never = CancellationToken::new();
         let mut cursor: Option<serde_json::Value> = None;
         for _ in 0..100 {
@@ -1162,7 +1162,7 @@ impl Conn {
                 break;
             };
             if let Some(tools) = page.get("tools").and_then(serde_json::Value::as_array) {
-                crate::mcp_param::of_tools(tools, &mut all);
+                crate::mcp::param::of_tools(tools, &mut all);
             }
             match page.get("nextCursor") {
                 Some(c) if !c.is_null() => cursor = Some(c.clone()),

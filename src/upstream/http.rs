@@ -105,13 +105,9 @@ impl Session {
         if !stateless {
             rb = rb.header("mcp-protocol-version", crate::mcp::STATELESS_VERSION);
         }
-        let field = match r.method.as_str() {
-            "tools/call" | "prompts/get" => Some("name"),
-            "resources/read" => Some("uri"),
-            _ => None,
-        };
+        let field = crate::mcp::header::name_field(&r.method);
         if let Some(v) = field.and_then(|f| crate::jsonrpc::string_field(r.params.as_deref(), f)) {
-            rb = rb.header("mcp-name", header_safe(&v));
+            rb = rb.header("mcp-name", crate::mcp::header::encode(&v));
         }
         rb
     }
@@ -378,25 +374,6 @@ impl Session {
 
 fn lock_map<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// A header value for any string: as is when it is plain visible ASCII without
-/// surrounding spaces, else `=?base64?…?=` (the stateless era's encoding).
-fn header_safe(v: &str) -> String {
-    use base64::Engine as _;
-    let plain = !v.is_empty()
-        && v.bytes().all(|b| (0x20..0x7f).contains(&b))
-        && !v.starts_with(' ')
-        && !v.ends_with(' ')
-        && !v.starts_with("=?base64?");
-    if plain {
-        v.to_owned()
-    } else {
-        format!(
-            "=?base64?{}?=",
-            base64::engine::general_purpose::STANDARD.encode(v.as_bytes())
-        )
-    }
 }
 
 async fn read_bounded(resp: reqwest::Response, max: usize) -> Result<Vec<u8>, String> {

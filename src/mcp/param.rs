@@ -96,49 +96,16 @@ fn value_at<'a>(arguments: &'a Value, path: &[String]) -> Option<&'a Value> {
         .filter(|v| !v.is_null())
 }
 
-/// The header value a client sends for `v` (`None`: no header).
+/// The header value a client sends for `v` (`None`: no header): strings as they
+/// are, integers in decimal, booleans as `true` / `false`, then encoded.
 pub fn encode(v: &Value) -> Option<String> {
-    use base64::Engine as _;
     let text = match v {
         Value::String(s) => s.clone(),
         Value::Number(n) if n.is_i64() || n.is_u64() => n.to_string(),
         Value::Bool(b) => b.to_string(),
         _ => return None,
     };
-    let plain = text.bytes().all(|b| (0x20..0x7f).contains(&b))
-        && !text.starts_with([' ', '\t'])
-        && !text.ends_with([' ', '\t'])
-        && !text.starts_with("=?base64?");
-    Some(if plain {
-        text
-    } else {
-        format!(
-            "=?base64?{}?=",
-            base64::engine::general_purpose::STANDARD.encode(text.as_bytes())
-        )
-    })
-}
-
-/// Decodes a header value as the spec compares it: surrounding whitespace trimmed,
-/// `=?base64?…?=` decoded strictly. `None`: not a valid value.
-pub fn decode(raw: &[u8]) -> Option<String> {
-    use base64::Engine as _;
-    let v = std::str::from_utf8(raw).ok()?.trim_matches([' ', '\t']);
-    if v.bytes().any(|b| b < 0x20 || b == 0x7f) {
-        return None;
-    }
-    match v
-        .strip_prefix("=?base64?")
-        .and_then(|r| r.strip_suffix("?="))
-    {
-        Some(encoded) => {
-            let bytes = base64::engine::general_purpose::STANDARD
-                .decode(encoded)
-                .ok()?;
-            String::from_utf8(bytes).ok()
-        }
-        None => Some(v.to_owned()),
-    }
+    Some(super::header::encode(&text))
 }
 
 /// The headers a client sends for a call with `arguments`.
@@ -174,7 +141,7 @@ pub fn check<'h>(
                 return Err(format!("{shown} header is set but the argument is absent"))
             }
             (Some(raw), Some(v)) => {
-                let Some(h) = decode(raw) else {
+                let Some(h) = super::header::decode(raw) else {
                     return Err(format!("the {shown} header value is not valid"));
                 };
                 let agrees = match (p.kind, v) {

@@ -1,0 +1,113 @@
+//! The request-metadata headers of the stateless era (2026-07-28, Streamable HTTP
+//! §Request Metadata): which body field `Mcp-Name` mirrors, and the one value codec
+//! for `Mcp-Name` and `Mcp-Param-*` (plain visible ASCII, else the `=?base64?…?=`
+//! sentinel). Used both to check what clients send and to build what Gantry sends to
+//! backends, so the two can never disagree.
+
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine as _;
+
+/// The sentinel that marks a Base64-encoded header value (case-sensitive).
+const PREFIX: &str = "=?base64?";
+const SUFFIX: &str = "?=";
+
+/// The params field `Mcp-Name` mirrors for `method`, if the method has one.
+pub fn name_field(method: &str) -> Option<&'static str> {
+    match method {
+        "tools/call" | "prompts/get" => Some("name"),
+        "resources/read" => Some("uri"),
+        _ => None,
+    }
+}
+
+/// A header value for `text`: as is when it is non-empty visible ASCII and spaces
+/// without surrounding spaces and does not look like the sentinel; otherwise the
+/// Base64 sentinel form (non-ASCII, control characters such as tab or newline,
+/// surrounding whitespace, the empty string — some intermediaries drop empty
+/// headers — and values that start with the sentinel prefix).
+pub fn encode(text: &str) -> String {
+    let plain = !text.is_empty()
+        && text.bytes().all(|b| (0x20..0x7f).contains(&b))
+        && !text.starts_with(' ')
+        && !text.ends_with(' ')
+        && !text.starts_with(PREFIX);
+    if plain {
+        text.to_owned()
+    } else {
+        format!("{PREFIX}{}{SUFFIX}", STANDARD.encode(text.as_bytes()))
+    }
+}
+
+/// A received header value as the spec compares it: surrounding spaces and tabs
+/// trimmed (they are not part of an HTTP field value), the sentinel form decoded
+/// strictly (padding and alphabet checked, UTF-8 required). `None`: the value holds
+/// control characters or is not valid.
+pub fn decode(raw: &[u8]) -> Option<String> {
+    let v = std::str::from_utf8(raw).ok()?.trim_matches([' ', '\t']);
+    if v.bytes().any(|b| b < 0x20 || b == 0x7f) {
+        return None;
+    }
+    match v.strip_prefix(PREFIX).and_then(|r| r.strip_suffix(SUFFIX)) {
+        Some(encoded) => String::from_utf8(STANDARD.decode(encoded).ok()?).ok(),
+        None => Some(v.to_owned()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+
+    /// The spec's encoding examples, and the edges the three earlier copies of this
+    /// codec disagreed on (empty strings, tabs, control characters).
+    #[test]
+    fn values_are_encoded_as_the_spec_shows() {
+        let cases = [
+            ("us-west1", "us-west1"),
+            ("Hello, 世界", "=?base64?SGVsbG8sIOS4lueVjA==?="),
+            (" padded ", "=?base64?IHBhZGRlZCA=?="),
+            ("line1\nline2", "=?base64?bGluZTEKbGluZTI=?="),
+            ("=?base64?literal?=", "=?base64?PT9iYXNlNjQ/bGl0ZXJhbD89?="),
+            ("with space inside", "with space inside"),
+            ("", "=?base64??="),
+            ("tab\there", "=?base64?dGFiCWhlcmU=?="),
+            ("=?base64?no-suffix", "=?base64?PT9iYXNlNjQ/bm8tc3VmZml4?="),
+            ("file:///a/b.json", "file:///a/b.json"),
+        ];
+        for (text, header) in cases {
+            assert_eq!(encode(text), header, "{text:?}");
+            assert_eq!(decode(header.as_bytes()).as_deref(), Some(text), "{header}");
+        }
+    }
+
+    #[test]
+    fn received_values_are_trimmed_and_checked() {
+        let cases: [(&[u8], Option<&str>); 9] = [
+            (b"  Hello \t", Some("Hello")),
+            (b"=?base64?SGVsbG8=?=", Some("Hello")),
+            (b" =?base64?SGVsbG8=?= ", Some("Hello")),
+            (b"=?base64?SGVsbG8?=", None),    // bad padding
+            (b"=?base64?SGVs!!bG8=?=", None), // outside the alphabet
+            (b"=?BASE64?SGVsbG8=?=", Some("=?BASE64?SGVsbG8=?=")), // case-sensitive: plain
+            (b"a\x01b", None),                // control character
+            (b"=?base64?/w==?=", None),       // not UTF-8
+            (b"", Some("")),
+        ];
+        for (raw, want) in cases {
+            assert_eq!(
+                decode(raw).as_deref(),
+                want,
+                "{:?}",
+                String::from_utf8_lossy(raw)
+            );
+        }
+    }
+
+    #[test]
+    fn name_sources() {
+        assert_eq!(name_field("tools/call"), Some("name"));
+        assert_eq!(name_field("prompts/get"), Some("name"));
+        assert_eq!(name_field("resources/read"), Some("uri"));
+        assert_eq!(name_field("tools/list"), None);
+    }
+}
