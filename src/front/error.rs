@@ -4,7 +4,7 @@
 
 use crate::auth::AuthError;
 use crate::jsonrpc::{code, ParseError, RpcError};
-use crate::router::SESSION_VERSIONS;
+use crate::mcp::SESSION_VERSIONS;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 

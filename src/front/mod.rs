@@ -23,7 +23,8 @@ use crate::config::Config;
 use crate::jsonrpc::{
     code, Incoming, Message, Notification, Request, RequestId, Response, RpcError,
 };
-use crate::router::{ClientInit, Router, SESSION_VERSIONS};
+use crate::mcp::SESSION_VERSIONS;
+use crate::router::{ClientInit, Router};
 use crate::session::{sse_body, BodyOptions, EventStream, Session, SessionError, SessionStore};
 use crate::telemetry::metrics::{self, Metrics, MetricsError, Outcome};
 use crate::upstream::BackendStats;

@@ -29,7 +29,7 @@ use crate::call::{ClientAnswer, Downstream, Sink};
 use crate::jsonrpc::{code, to_raw, Message, Notification, Request, RequestId, Response, RpcError};
 use crate::mcp::param::ToolHeaders;
 use crate::mcp::{Era, LATEST_SESSION_VERSION};
-use crate::router::{level_rank, Caller, ClientInit, SESSION_VERSIONS};
+use crate::router::{level_rank, Caller, ClientInit};
 use crate::session::Session;
 use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -45,14 +45,11 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, OnceCell};
 use tokio_util::sync::CancellationToken;
 
-/// Versions of the stateless era Gantry speaks.
-pub const STATELESS_VERSIONS: [&str; 1] = ["2026-07-28"];
-
-const META_PREFIX: &str = "io.modelcontextprotocol/";
-const META_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
-const META_CAPS: &str = "io.modelcontextprotocol/clientCapabilities";
-const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
-const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+use crate::mcp::{
+    all_versions, META_CLIENT_CAPABILITIES as META_CAPS, META_LOG_LEVEL, META_PREFIX,
+    META_PROTOCOL_VERSION as META_VERSION, META_SERVER_INFO,
+    META_SUBSCRIPTION_ID as META_SUBSCRIPTION, SESSION_VERSIONS, STATELESS_VERSIONS,
+};
 
 /// Methods of the session era that 2026-07-28 removed.
 const REMOVED: [&str; 5] = [
@@ -77,15 +74,6 @@ const CACHEABLE: [&str; 6] = [
 /// (the same field `Mcp-Name` mirrors).
 fn input_capable(method: &str) -> Option<&'static str> {
     crate::mcp::header::name_field(method)
-}
-
-/// Every version Gantry serves, newest first (for `server/discover` and -32022).
-fn all_versions() -> Vec<&'static str> {
-    STATELESS_VERSIONS
-        .iter()
-        .chain(SESSION_VERSIONS.iter())
-        .copied()
-        .collect()
 }
 
 /// Whether a session-less message belongs to the stateless era.
@@ -488,7 +476,7 @@ impl Downstream for InternalOwner {
 }
 
 fn server_info() -> Value {
-    json!({ "name": "gantry", "title": "Gantry MCP gateway", "version": env!("CARGO_PKG_VERSION") })
+    crate::mcp::gantry_implementation()
 }
 
 /// `cacheScope` of Gantry's answers: `private` as soon as callers are told apart
@@ -1152,7 +1140,6 @@ pub(crate) struct Listeners {
     next: AtomicU64,
 }
 
-const META_SUBSCRIPTION: &str = "io.modelcontextprotocol/subscriptionId";
 /// Listen streams one principal may hold open.
 const MAX_LISTENS_PER_PRINCIPAL: usize = 32;
 

@@ -95,6 +95,16 @@ pub fn negotiate_session(requested: &str) -> &'static str {
         .unwrap_or(LATEST_SESSION_VERSION)
 }
 
+/// Gantry's own `Implementation` (`serverInfo` towards clients, `clientInfo`
+/// towards backends when a connection is Gantry's rather than one client's).
+pub fn gantry_implementation() -> Value {
+    serde_json::json!({
+        "name": "gantry",
+        "title": "Gantry MCP gateway",
+        "version": env!("CARGO_PKG_VERSION"),
+    })
+}
+
 /// The prefix of the `_meta` keys the protocol itself defines.
 pub const META_PREFIX: &str = "io.modelcontextprotocol/";
 /// Stateless era: the request's protocol version.

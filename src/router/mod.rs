@@ -33,8 +33,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
 
-pub use crate::mcp::SESSION_VERSIONS;
-
 /// What a client said in `initialize` (or, for stateless-era callers, what Gantry
 /// says for them when it initializes a session-era backend on their behalf).
 #[derive(Debug, Clone)]
@@ -91,7 +89,7 @@ impl ClientInit {
         Self {
             protocol_version: LATEST_SESSION_VERSION.to_owned(),
             capabilities: json!({ "sampling": {}, "elicitation": {}, "roots": {} }),
-            client_info: json!({ "name": "gantry", "title": "Gantry (stateless clients)", "version": env!("CARGO_PKG_VERSION") }),
+            client_info: crate::mcp::gantry_implementation(),
         }
     }
 
@@ -482,7 +480,7 @@ impl SessionRoute {
 }
 
 fn gantry_info() -> Value {
-    json!({ "name": "gantry", "title": "Gantry MCP gateway", "version": env!("CARGO_PKG_VERSION") })
+    crate::mcp::gantry_implementation()
 }
 
 impl Router {

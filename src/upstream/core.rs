@@ -744,11 +744,11 @@ fn for_stateless_era(
     let meta = p.entry("_meta").or_insert_with(|| serde_json::json!({}));
     if let Some(m) = meta.as_object_mut() {
         m.insert(
-            "io.modelcontextprotocol/protocolVersion".into(),
+            crate::mcp::META_PROTOCOL_VERSION.into(),
             serde_json::json!(STATELESS_VERSION),
         );
         m.insert(
-            "io.modelcontextprotocol/clientCapabilities".into(),
+            crate::mcp::META_CLIENT_CAPABILITIES.into(),
             client
                 .capabilities
                 .as_deref()
@@ -757,13 +757,10 @@ fn for_stateless_era(
         );
         match client.log_level {
             Some(l) => {
-                m.insert(
-                    "io.modelcontextprotocol/logLevel".into(),
-                    serde_json::json!(l),
-                );
+                m.insert(crate::mcp::META_LOG_LEVEL.into(), serde_json::json!(l));
             }
             None => {
-                m.remove("io.modelcontextprotocol/logLevel");
+                m.remove(crate::mcp::META_LOG_LEVEL);
             }
         }
     }
@@ -1343,7 +1340,7 @@ fn own_meta(core: &Core) -> serde_json::Value {
     serde_json::json!({
         crate::mcp::META_PROTOCOL_VERSION: STATELESS_VERSION,
         crate::mcp::META_CLIENT_CAPABILITIES: caps,
-        crate::mcp::META_CLIENT_INFO: {"name": "gantry", "version": env!("CARGO_PKG_VERSION")},
+        crate::mcp::META_CLIENT_INFO: crate::mcp::gantry_implementation(),
     })
 }
 
