@@ -36,11 +36,12 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response as HttpResponse};
 use futures::future::BoxFuture;
 use indexmap::IndexMap;
+use parking_lot::Mutex;
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, OnceCell};
 use tokio_util::sync::CancellationToken;
@@ -1077,10 +1078,6 @@ fn stream(
 
 use futures::StreamExt as _;
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 /// What one listen stream asked for (and Gantry honours).
 #[derive(Debug, Clone, Default)]
 struct Filter {
@@ -1159,7 +1156,7 @@ fn tagged(n: &Notification, subscription: &Value) -> String {
 
 impl Listeners {
     fn deliver(&self, n: &Notification) {
-        let mut list = lock(&self.list);
+        let mut list = self.list.lock();
         list.retain(|l| !l.tx.is_closed());
         for l in list.iter().filter(|l| l.filter.wants(n)) {
             let event = crate::sse::message_event(None, &tagged(n, &l.subscription));
@@ -1171,7 +1168,7 @@ impl Listeners {
 
     /// URIs whose count went from 0 to 1 (to subscribe upstream).
     fn add_uris(&self, uris: &[String]) -> Vec<String> {
-        let mut refs = lock(&self.uri_refs);
+        let mut refs = self.uri_refs.lock();
         uris.iter()
             .filter(|u| {
                 let c = refs.entry((*u).clone()).or_insert(0);
@@ -1184,7 +1181,7 @@ impl Listeners {
 
     /// URIs whose count went to 0 (to unsubscribe upstream).
     fn drop_uris(&self, uris: &[String]) -> Vec<String> {
-        let mut refs = lock(&self.uri_refs);
+        let mut refs = self.uri_refs.lock();
         let mut last = Vec::new();
         for u in uris {
             if let Some(c) = refs.get_mut(u) {
@@ -1348,7 +1345,7 @@ async fn listen(
         .cloned()
         .unwrap_or_default();
     let open = {
-        let mut list = lock(&internal.listeners.list);
+        let mut list = internal.listeners.list.lock();
         list.retain(|l| !l.tx.is_closed());
         list.len()
     };
@@ -1393,7 +1390,7 @@ async fn listen(
         &ack.to_string(),
     )));
     let n = internal.listeners.next.fetch_add(1, Ordering::Relaxed);
-    lock(&internal.listeners.list).push(Listener {
+    internal.listeners.list.lock().push(Listener {
         n,
         subscription: subscription.clone(),
         filter: filter.clone(),
@@ -1425,7 +1422,7 @@ async fn listen(
                 }
             }
         }
-        lock(&internal.listeners.list).retain(|l| l.n != n);
+        internal.listeners.list.lock().retain(|l| l.n != n);
         for uri in internal.listeners.drop_uris(&filter.uris) {
             if let Err(e) = subscription_end(&app, &internal, &uri).await {
                 tracing::debug!(uri = %clip(&uri), error = %clip(&e), "listen: upstream unsubscribe failed");

@@ -80,10 +80,6 @@ pub fn expose(backend: &str, sep: &str, name: &str) -> String {
     format!("{prefix}_{hash}")
 }
 
-fn lock(c: &std::sync::Mutex<Catalog>) -> std::sync::MutexGuard<'_, Catalog> {
-    c.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 fn parse_params(params: Option<&RawValue>) -> indexmap::IndexMap<String, Box<RawValue>> {
     params
         .and_then(|p| serde_json::from_str(p.get()).ok())
@@ -198,7 +194,7 @@ impl Router {
         name: &str,
     ) -> Option<(usize, String)> {
         {
-            let cat = lock(&route.catalog);
+            let cat = route.catalog.lock();
             let map = if kind == Kind::Tool {
                 &cat.tools
             } else {
@@ -216,7 +212,7 @@ impl Router {
     }
 
     pub(crate) fn resolve_uri(&self, route: &SessionRoute, uri: &str) -> Option<usize> {
-        let cat = lock(&route.catalog);
+        let cat = route.catalog.lock();
         if let Some(i) = cat.uris.get(uri) {
             return Some(*i);
         }
@@ -266,7 +262,7 @@ impl Router {
         let mut items = Vec::new();
         let mut cat = Catalog::default();
         {
-            let old = lock(&route.catalog);
+            let old = route.catalog.lock();
             // Lists of other kinds stay as they were.
             if kind != Kind::Tool {
                 cat.tools = old.tools.clone();
@@ -333,7 +329,7 @@ impl Router {
                 items.push(item);
             }
         }
-        *lock(&route.catalog) = cat;
+        *route.catalog.lock() = cat;
         let mut out = serde_json::Map::new();
         out.insert(kind.field().into(), Value::Array(items));
         Ok(to_raw(&out))

@@ -13,10 +13,11 @@ use crate::call::{ClientAnswer, Downstream, Sink};
 use crate::jsonrpc::{code, Notification, RpcError};
 use crate::upstream::BackendStats;
 use futures::future::BoxFuture;
+use parking_lot::Mutex;
 use serde_json::value::RawValue;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 /// RFC 5424 severities as MCP names them, least severe first.
 pub const LOG_LEVELS: [&str; 8] = [
@@ -36,10 +37,6 @@ pub fn level_rank(name: &str) -> Option<u8> {
         .iter()
         .position(|l| *l == name)
         .and_then(|p| u8::try_from(p).ok())
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 struct Member {
@@ -70,7 +67,9 @@ impl Hub {
 
     /// Adds a session; `sink` is its standalone stream.
     pub fn join(&self, key: u64, sink: Sink) {
-        lock(&self.members).insert(key, Member { sink, level: None });
+        self.members
+            .lock()
+            .insert(key, Member { sink, level: None });
     }
 
     /// Removes a session. Returns what the backend must now be told: the URIs
@@ -78,12 +77,12 @@ impl Hub {
     /// verbose session just left; and whether the hub is now empty.
     pub fn leave(&self, key: u64) -> Leaving {
         let (empty, wanted) = {
-            let mut m = lock(&self.members);
+            let mut m = self.members.lock();
             m.remove(&key);
             (m.is_empty(), m.values().filter_map(|x| x.level).min())
         };
         let level = {
-            let mut up = lock(&self.upstream_level);
+            let mut up = self.upstream_level.lock();
             match (wanted, *up) {
                 (Some(w), Some(u)) if w > u => {
                     *up = Some(w);
@@ -93,7 +92,7 @@ impl Hub {
             }
         };
         let mut gone = Vec::new();
-        lock(&self.subs).retain(|uri, keys| {
+        self.subs.lock().retain(|uri, keys| {
             keys.remove(&key);
             if keys.is_empty() {
                 gone.push(uri.clone());
@@ -111,7 +110,7 @@ impl Hub {
 
     /// Number of sessions on the hub.
     pub fn len(&self) -> usize {
-        lock(&self.members).len()
+        self.members.lock().len()
     }
 
     /// Whether no session uses the hub.
@@ -121,7 +120,7 @@ impl Hub {
 
     /// Records a subscription; true if it is the URI's first (send it upstream).
     pub fn subscribe(&self, key: u64, uri: &str) -> bool {
-        let mut subs = lock(&self.subs);
+        let mut subs = self.subs.lock();
         let set = subs.entry(uri.to_owned()).or_default();
         let first = set.is_empty();
         set.insert(key);
@@ -130,7 +129,7 @@ impl Hub {
 
     /// Drops a subscription; true if it was the URI's last (send it upstream).
     pub fn unsubscribe(&self, key: u64, uri: &str) -> bool {
-        let mut subs = lock(&self.subs);
+        let mut subs = self.subs.lock();
         let Some(set) = subs.get_mut(uri) else {
             return false;
         };
@@ -149,13 +148,13 @@ impl Hub {
     /// if that changed (the most verbose any session asked for).
     pub fn set_level(&self, key: u64, level: u8) -> Option<u8> {
         let wanted = {
-            let mut m = lock(&self.members);
+            let mut m = self.members.lock();
             if let Some(member) = m.get_mut(&key) {
                 member.level = Some(level);
             }
             m.values().filter_map(|x| x.level).min()
         };
-        let mut up = lock(&self.upstream_level);
+        let mut up = self.upstream_level.lock();
         if wanted.is_some() && wanted != *up {
             *up = wanted;
             wanted
@@ -192,12 +191,14 @@ impl Downstream for Hub {
                 let Some(uri) = uri_of(&n) else {
                     return self.drop_unattributed("resources/updated without uri");
                 };
-                let keys: Vec<u64> = lock(&self.subs)
+                let keys: Vec<u64> = self
+                    .subs
+                    .lock()
                     .get(&uri)
                     .map(|s| s.iter().copied().collect())
                     .unwrap_or_default();
                 let sinks: Vec<Sink> = {
-                    let m = lock(&self.members);
+                    let m = self.members.lock();
                     keys.iter()
                         .filter_map(|k| m.get(k).map(|x| x.sink.clone()))
                         .collect()
@@ -209,7 +210,9 @@ impl Downstream for Hub {
             "notifications/tools/list_changed"
             | "notifications/prompts/list_changed"
             | "notifications/resources/list_changed" => {
-                let sinks: Vec<Sink> = lock(&self.members)
+                let sinks: Vec<Sink> = self
+                    .members
+                    .lock()
                     .values()
                     .map(|x| x.sink.clone())
                     .collect();
@@ -244,7 +247,7 @@ mod tests {
     struct Rec(Mutex<Vec<String>>);
     impl Downstream for Rec {
         fn notify(&self, n: Notification) {
-            lock(&self.0).push(n.to_json());
+            (self.0).lock().push(n.to_json());
         }
         fn ask(&self, _: String, _: Option<Box<RawValue>>) -> BoxFuture<'static, ClientAnswer> {
             Box::pin(async { Err(crate::jsonrpc::empty_object()) })
@@ -266,8 +269,8 @@ mod tests {
         hub.notify(upd.clone());
         assert!(!hub.unsubscribe(1, "x://1"));
         hub.notify(upd);
-        assert_eq!(lock(&a.0).len(), 1);
-        assert_eq!(lock(&b.0).len(), 2);
+        assert_eq!((a.0).lock().len(), 1);
+        assert_eq!((b.0).lock().len(), 2);
         let left = hub.leave(2);
         assert_eq!(left.unsubscribe, vec!["x://1".to_owned()]);
         assert!(!left.empty);

@@ -26,11 +26,12 @@ use crate::jsonrpc::{code, empty_object, to_raw, Notification, Request, Response
 use crate::mcp::{Era, LATEST_SESSION_VERSION};
 use crate::upstream::{BackendStats, Conn, InitInfo, UpstreamError};
 use catalog::Catalog;
+use parking_lot::Mutex;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 /// What a client said in `initialize` (or, for stateless-era callers, what Gantry
@@ -158,10 +159,6 @@ struct Slot {
     last_info: Mutex<Option<Arc<InitInfo>>>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 impl Slot {
     /// Starts a connection for callers of `want` within `pool.max_connections`.
     fn start(
@@ -187,7 +184,7 @@ impl Slot {
 
     /// A ready warm connection for callers of `era`, if the pool has one.
     fn take_warm(&self, era: Era) -> Option<Arc<Conn>> {
-        let mut warm = lock(&self.warm);
+        let mut warm = self.warm.lock();
         let pool = warm.get_mut(era.index())?;
         let pos = pool.iter().position(|c| c.info().is_some())?;
         Some(pool.swap_remove(pos))
@@ -228,7 +225,7 @@ impl Slot {
     }
 
     fn remember(&self, info: &Arc<InitInfo>) {
-        *lock(&self.last_info) = Some(info.clone());
+        *self.last_info.lock() = Some(info.clone());
     }
 
     /// The era a new connection for callers of `era` speaks, once it is up: known
@@ -458,7 +455,7 @@ impl SessionRoute {
         let own = self.conns.get(idx).and_then(Option::as_ref)?.info();
         own.or_else(|| {
             (self.per_call.get(idx) == Some(&true))
-                .then(|| self.slots.get(idx).and_then(|s| lock(&s.last_info).clone()))
+                .then(|| self.slots.get(idx).and_then(|s| s.last_info.lock().clone()))
                 .flatten()
         })
     }
@@ -755,7 +752,7 @@ impl Router {
                         Era::Stateless => 0,
                     };
                     let expired: Vec<Arc<Conn>> = {
-                        let mut warm = lock(&slot.warm);
+                        let mut warm = slot.warm.lock();
                         match warm.get_mut(era.index()) {
                             Some(pool) => {
                                 let (old, keep): (Vec<_>, Vec<_>) = pool
@@ -770,11 +767,11 @@ impl Router {
                     for c in expired {
                         tokio::spawn(async move { c.shutdown().await });
                     }
-                    let have = |s: &Slot| lock(&s.warm).get(era.index()).map_or(0, Vec::len);
+                    let have = |s: &Slot| s.warm.lock().get(era.index()).map_or(0, Vec::len);
                     while have(slot) < wanted {
                         match slot.start(era, slot.init_for(era), None) {
                             Ok(c) => {
-                                if let Some(pool) = lock(&slot.warm).get_mut(era.index()) {
+                                if let Some(pool) = slot.warm.lock().get_mut(era.index()) {
                                     pool.push(c);
                                 }
                             }
@@ -789,7 +786,9 @@ impl Router {
             }
         }
         for slot in &self.slots {
-            let warm: Vec<Arc<Conn>> = lock(&slot.warm)
+            let warm: Vec<Arc<Conn>> = slot
+                .warm
+                .lock()
                 .iter_mut()
                 .flat_map(|p| p.drain(..))
                 .collect();

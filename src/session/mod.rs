@@ -16,11 +16,12 @@ use crate::jsonrpc::{code, Notification, Request, RequestId, RpcError};
 use crate::router::SessionRoute;
 use dashmap::DashMap;
 use futures::future::BoxFuture;
+use parking_lot::Mutex;
 use rand::RngCore;
 use serde_json::value::RawValue;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
@@ -29,10 +30,6 @@ use tokio_util::sync::CancellationToken;
 const MAX_STREAMS_KEPT: usize = 32;
 /// Server→client requests that may wait for a client's answer at once, per session.
 const MAX_PENDING_ASKS: usize = 64;
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
 
 /// A session id: 128 random bits as 32 lowercase hex characters.
 pub fn new_session_id() -> String {
@@ -132,11 +129,11 @@ impl Session {
 
     /// Marks the session as used now.
     pub fn touch(&self) {
-        *lock(&self.last_seen) = Instant::now();
+        *self.last_seen.lock() = Instant::now();
     }
 
     fn idle_for(&self) -> Duration {
-        lock(&self.last_seen).elapsed()
+        self.last_seen.lock().elapsed()
     }
 
     /// Whether something is still going on (a call in flight or a stream attached).
@@ -146,7 +143,7 @@ impl Session {
 
     /// Opens a new SSE stream for one request's response.
     pub fn open_stream(&self) -> Arc<EventStream> {
-        let mut t = lock(&self.streams);
+        let mut t = self.streams.lock();
         let id = t.next;
         t.next += 1;
         let s = Arc::new(EventStream::new(id, self.event_buffer));
@@ -170,7 +167,7 @@ impl Session {
 
     /// Drops a request stream whose only message was delivered another way.
     pub fn forget_stream(&self, id: u64) {
-        let mut t = lock(&self.streams);
+        let mut t = self.streams.lock();
         t.map.remove(&id);
         t.order.retain(|k| *k != id);
     }
@@ -180,7 +177,7 @@ impl Session {
         if id == 0 {
             return Some(self.standalone.clone());
         }
-        lock(&self.streams).map.get(&id).cloned()
+        self.streams.lock().map.get(&id).cloned()
     }
 
     /// A sink writing to `stream`.
@@ -200,7 +197,8 @@ impl Session {
     pub fn track(self: &Arc<Self>, id: &RequestId) -> InflightGuard {
         let token = self.cancel.child_token();
         let n = self.next_track.fetch_add(1, Ordering::Relaxed);
-        lock(&self.inflight)
+        self.inflight
+            .lock()
             .entry(id.key().to_owned())
             .or_default()
             .push((n, token.clone()));
@@ -216,7 +214,9 @@ impl Session {
     /// Cancels the in-flight request(s) with this client id. A client that reuses
     /// ids while they are in flight cannot say which one it means; all are cancelled.
     pub fn cancel_request(&self, id: &RequestId) -> usize {
-        let tokens = lock(&self.inflight)
+        let tokens = self
+            .inflight
+            .lock()
             .get(id.key())
             .cloned()
             .unwrap_or_default();
@@ -235,14 +235,14 @@ impl Session {
     /// such request is waiting (late, unknown, or already answered).
     pub fn answer(&self, id: &RequestId, answer: ClientAnswer) -> bool {
         let Some(n) = id.as_u64() else { return false };
-        match lock(&self.asks).remove(&n) {
+        match self.asks.lock().remove(&n) {
             Some(tx) => tx.send(answer).is_ok(),
             None => false,
         }
     }
 
     fn register_ask(&self) -> Option<(u64, oneshot::Receiver<ClientAnswer>)> {
-        let mut asks = lock(&self.asks);
+        let mut asks = self.asks.lock();
         if asks.len() >= MAX_PENDING_ASKS {
             return None;
         }
@@ -257,10 +257,10 @@ impl Session {
     fn end(&self) {
         self.cancel.cancel();
         self.standalone.close();
-        for s in lock(&self.streams).map.values() {
+        for s in self.streams.lock().map.values() {
             s.close();
         }
-        lock(&self.asks).clear();
+        self.asks.lock().clear();
     }
 }
 
@@ -281,7 +281,7 @@ impl InflightGuard {
 
 impl Drop for InflightGuard {
     fn drop(&mut self) {
-        let mut m = lock(&self.session.inflight);
+        let mut m = self.session.inflight.lock();
         if let Some(v) = m.get_mut(&self.key) {
             if let Some(pos) = v.iter().position(|(n, _)| *n == self.n) {
                 v.swap_remove(pos);

@@ -8,9 +8,10 @@
 
 use bytes::Bytes;
 use futures::Stream;
+use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::convert::Infallible;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -19,10 +20,6 @@ use tokio_util::sync::CancellationToken;
 /// reader that still needed them is ended, never fed a gap). With the per-stream
 /// event count this bounds what a slow or absent reader can make Gantry buffer.
 pub const MAX_STREAM_BYTES: usize = 8 * 1024 * 1024;
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
 
 /// A bounded, resumable log of one SSE stream's events.
 pub struct EventStream {
@@ -79,7 +76,7 @@ impl EventStream {
     /// Appends one JSON-RPC message. Returns false if the stream is already closed.
     pub fn push(&self, json: String) -> bool {
         {
-            let mut g = lock(&self.inner);
+            let mut g = self.inner.lock();
             if g.closed {
                 return false;
             }
@@ -101,7 +98,7 @@ impl EventStream {
     /// never sees the final message of a stream that is not yet closed.
     pub fn finish(&self, last: Option<String>) {
         {
-            let mut g = lock(&self.inner);
+            let mut g = self.inner.lock();
             if !g.closed {
                 if let Some(json) = last {
                     let seq = g.next_seq;
@@ -123,7 +120,7 @@ impl EventStream {
             tokio::pin!(notified);
             notified.as_mut().enable();
             {
-                let g = lock(&self.inner);
+                let g = self.inner.lock();
                 if g.closed || !g.events.is_empty() {
                     return;
                 }
@@ -144,7 +141,7 @@ impl EventStream {
             tokio::pin!(notified);
             notified.as_mut().enable();
             {
-                let mut g = lock(&self.inner);
+                let mut g = self.inner.lock();
                 if g.closed {
                     return match (g.events.len(), g.next_seq) {
                         (1, 2) => {
@@ -166,29 +163,29 @@ impl EventStream {
 
     /// Marks the stream finished; readers end after the last event.
     pub fn close(&self) {
-        lock(&self.inner).closed = true;
+        self.inner.lock().closed = true;
         self.notify.notify_waiters();
     }
 
     /// Whether the stream is finished.
     pub fn is_closed(&self) -> bool {
-        lock(&self.inner).closed
+        self.inner.lock().closed
     }
 
     /// Whether a reader is attached now.
     pub fn has_reader(&self) -> bool {
-        lock(&self.inner).attached
+        self.inner.lock().attached
     }
 
     /// The sequence number of the last event handed to any reader.
     pub fn delivered(&self) -> u64 {
-        lock(&self.inner).delivered
+        self.inner.lock().delivered
     }
 
     /// Attaches a new reader, detaching any previous one. Returns its token.
     pub fn attach(&self) -> u64 {
         let r = {
-            let mut g = lock(&self.inner);
+            let mut g = self.inner.lock();
             g.reader += 1;
             g.attached = true;
             g.reader
@@ -198,7 +195,7 @@ impl EventStream {
     }
 
     fn detach(&self, reader: u64) {
-        let mut g = lock(&self.inner);
+        let mut g = self.inner.lock();
         if g.reader == reader {
             g.attached = false;
         }
@@ -206,7 +203,7 @@ impl EventStream {
 
     /// Reads what follows `after` for reader `reader`.
     pub fn read(&self, after: u64, reader: u64) -> StreamRead {
-        let mut g = lock(&self.inner);
+        let mut g = self.inner.lock();
         if g.reader != reader {
             return StreamRead::Superseded;
         }

@@ -9,10 +9,11 @@ use crate::jsonrpc::{
     code, empty_object, to_raw, Message, Notification, Request, RequestId, Response, RpcError,
 };
 use crate::mcp::{Era, META_PREFIX, STATELESS_VERSION};
+use parking_lot::Mutex;
 use serde_json::value::RawValue;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::AbortHandle;
@@ -143,21 +144,15 @@ pub(crate) struct StdinSlot {
     pub w: tokio::process::ChildStdin,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A poisoned lock only means another thread panicked mid-update of plain maps;
-    // the data is still usable, and refusing service would be worse.
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 impl Core {
     fn set_probing(&self, era: Option<Era>) {
-        *lock(&self.probing) = era;
+        *self.probing.lock() = era;
     }
 
     /// The era whose handshake the last incarnation died of, if it did (and
     /// forgets it). The backend does not speak it: recorded here.
     pub fn take_probe_death(&self) -> Option<Era> {
-        let era = lock(&self.probing).take()?;
+        let era = self.probing.lock().take()?;
         self.stats.eras.set(era, false);
         Some(era)
     }
@@ -257,7 +252,7 @@ impl Core {
         let id = self.next_id();
         let (params, client_progress) = rewrite_progress_token(params, id);
         let (tx, rx) = oneshot::channel();
-        lock(&self.pending).insert(
+        self.pending.lock().insert(
             id,
             Pending {
                 gen,
@@ -276,7 +271,7 @@ impl Core {
         if self.live_gen.load(Ordering::Acquire) != gen {
             let mut guard = guard;
             guard.disarm();
-            lock(&self.pending).remove(&id);
+            self.pending.lock().remove(&id);
             return Err(UpstreamError::Crashed {
                 backend: self.name.clone(),
                 reason: "the backend restarted before the request could be sent".into(),
@@ -372,7 +367,7 @@ impl Core {
     /// Fails every pending request of incarnation `gen` (all when `None`).
     pub fn fail_pending(&self, gen: Option<u64>, reason: &str) {
         let drained: Vec<Pending> = {
-            let mut p = lock(&self.pending);
+            let mut p = self.pending.lock();
             let ids: Vec<u64> = p
                 .iter()
                 .filter(|(_, e)| gen.is_none_or(|g| e.gen == g))
@@ -386,14 +381,14 @@ impl Core {
                 reason: reason.to_owned(),
             }));
         }
-        for (_, h) in lock(&self.asks).drain() {
+        for (_, h) in self.asks.lock().drain() {
             h.abort();
         }
     }
 
     /// Fails one pending request (its transport broke).
     pub fn fail_one(&self, id: u64, reason: String) {
-        if let Some(p) = lock(&self.pending).remove(&id) {
+        if let Some(p) = self.pending.lock().remove(&id) {
             let _ = p.reply.send(Err(UpstreamError::Crashed {
                 backend: self.name.clone(),
                 reason,
@@ -403,21 +398,22 @@ impl Core {
 
     /// Whether request `id` still waits for its response.
     pub fn is_pending(&self, id: u64) -> bool {
-        lock(&self.pending).contains_key(&id)
+        self.pending.lock().contains_key(&id)
     }
 
     /// Number of requests waiting for the backend.
     /// Client requests waiting for the backend's answer (Gantry's own, such as the
     /// long-lived `subscriptions/listen` of a stateless-era backend, are not counted).
     pub fn pending_len(&self) -> usize {
-        lock(&self.pending)
+        self.pending
+            .lock()
             .values()
             .filter(|p| p.sink.is_some())
             .count()
     }
 
     fn attribute(&self, related: Option<u64>) -> Option<Sink> {
-        let p = lock(&self.pending);
+        let p = self.pending.lock();
         if let Some(sink) = related
             .and_then(|id| p.get(&id))
             .and_then(|e| e.sink.clone())
@@ -437,7 +433,7 @@ impl Core {
     }
 
     fn owner(&self) -> Option<Sink> {
-        lock(&self.owner).clone()
+        self.owner.lock().clone()
     }
 
     fn drop_unattributed(&self, what: &str) {
@@ -453,7 +449,7 @@ impl Core {
                 let entry =
                     r.id.as_ref()
                         .and_then(RequestId::as_u64)
-                        .and_then(|id| lock(&self.pending).remove(&id));
+                        .and_then(|id| self.pending.lock().remove(&id));
                 match entry {
                     Some(p) => {
                         let _ = p.reply.send(Ok(r));
@@ -477,7 +473,7 @@ impl Core {
                     .get("progressToken")
                     .and_then(serde_json::Value::as_u64);
                 let route = token.and_then(|t| {
-                    let p = lock(&self.pending);
+                    let p = self.pending.lock();
                     p.get(&t)
                         .and_then(|e| Some((e.sink.clone()?, e.client_progress.clone()?)))
                 });
@@ -493,7 +489,7 @@ impl Core {
                 // The backend withdraws one of its own requests to the client.
                 let key = parse_object(n.params.as_deref())
                     .and_then(|p| p.get("requestId").map(|v| v.to_string()));
-                if let Some(h) = key.and_then(|k| lock(&self.asks).remove(&k)) {
+                if let Some(h) = key.and_then(|k| self.asks.lock().remove(&k)) {
                     h.abort();
                 }
             }
@@ -507,7 +503,7 @@ impl Core {
                             .get(crate::mcp::META_SUBSCRIPTION_ID)?
                             .as_u64()
                     })
-                    .and_then(|id| lock(&self.pending).get(&id)?.listen_version);
+                    .and_then(|id| self.pending.lock().get(&id)?.listen_version);
                 let Some(v) = listen else { return };
                 self.listen_acked.send_if_modified(|acked| {
                     let newer = v > *acked;
@@ -518,7 +514,7 @@ impl Core {
                 });
             }
             "notifications/tools/list_changed" => {
-                *lock(&self.tool_headers) = None;
+                *self.tool_headers.lock() = None;
                 match self.owner() {
                     Some(sink) => sink.notify(n),
                     None => self.drop_unattributed("notification"),
@@ -559,14 +555,14 @@ impl Core {
         let key2 = key.clone();
         let task = tokio::spawn(async move {
             let answer = sink.ask(req.method, req.params).await;
-            lock(&core.asks).remove(&key2);
+            core.asks.lock().remove(&key2);
             let resp = Response {
                 id: Some(req.id),
                 outcome: answer,
             };
             core.send_line(gen, resp.to_json());
         });
-        lock(&self.asks).insert(key, task.abort_handle());
+        self.asks.lock().insert(key, task.abort_handle());
     }
 }
 
@@ -596,7 +592,7 @@ impl Drop for PendingGuard {
         if self.id == u64::MAX {
             return;
         }
-        if lock(&self.core.pending).remove(&self.id).is_some() {
+        if self.core.pending.lock().remove(&self.id).is_some() {
             let params =
                 to_raw(&serde_json::json!({ "requestId": self.id, "reason": self.reason }));
             self.core.send_line(
@@ -640,7 +636,7 @@ async fn keep_listening(core: Arc<Core>, shutdown: CancellationToken) {
         let caps = info.capabilities();
         let on = |p: &str| caps.pointer(p) == Some(&serde_json::Value::Bool(true));
         let (uris, version): (Vec<String>, u64) = {
-            let set = lock(&core.listen_uris);
+            let set = core.listen_uris.lock();
             let version = core.listen_version.load(Ordering::Acquire);
             let uris = if on("/resources/subscribe") {
                 set.iter().cloned().collect()
@@ -1015,7 +1011,7 @@ impl Conn {
                     return Ok(Response::err(None, &e));
                 };
                 let changed = {
-                    let mut uris = lock(&self.core.listen_uris);
+                    let mut uris = self.core.listen_uris.lock();
                     let changed = if method == "resources/subscribe" {
                         uris.insert(uri)
                     } else {
@@ -1112,12 +1108,12 @@ impl Conn {
         let Some(name) = params.get("name").and_then(serde_json::Value::as_str) else {
             return Vec::new();
         };
-        let known = lock(&self.core.tool_headers).clone();
+        let known = self.core.tool_headers.lock().clone();
         let declared = match known {
             Some(d) => d,
             None => {
                 let d = Arc::new(self.list_tool_headers(gen).await);
-                *lock(&self.core.tool_headers) = Some(d.clone());
+                *self.core.tool_headers.lock() = Some(d.clone());
                 d
             }
         };
@@ -1205,7 +1201,7 @@ impl Conn {
     /// Hands unattributable traffic to a new owner (a warm connection adopted by a
     /// session).
     pub fn set_owner(&self, owner: Sink) {
-        *lock(&self.core.owner) = Some(owner);
+        *self.core.owner.lock() = Some(owner);
     }
 
     /// How long ago the connection was started.
@@ -1232,7 +1228,7 @@ impl Conn {
     /// for stdio, terminates the process group. Waits until that is done.
     pub async fn shutdown(&self) {
         self.shutdown.cancel();
-        let task = lock(&self.task).take();
+        let task = self.task.lock().take();
         if let Some(t) = task {
             let _ = t.await;
         }

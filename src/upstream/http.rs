@@ -13,7 +13,8 @@ use crate::config::{HttpConfig, RestartConfig};
 use crate::jsonrpc::{Incoming, Notification};
 use crate::sse;
 use futures::StreamExt;
-use std::sync::{Arc, RwLock};
+use parking_lot::RwLock;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -40,17 +41,15 @@ struct Session {
     /// request is cancelled by closing its response stream.
     stateless: std::sync::atomic::AtomicBool,
     /// Stateless era: the POST tasks of requests in flight, by upstream id.
-    streams: std::sync::Mutex<std::collections::HashMap<u64, tokio::task::AbortHandle>>,
+    streams: parking_lot::Mutex<std::collections::HashMap<u64, tokio::task::AbortHandle>>,
 }
 
 fn read<T: Clone>(l: &RwLock<Option<T>>) -> Option<T> {
-    l.read()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .clone()
+    l.read().clone()
 }
 
 fn write<T>(l: &RwLock<Option<T>>, v: T) {
-    *l.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(v);
+    *l.write() = Some(v);
 }
 
 impl Session {
@@ -133,7 +132,7 @@ impl Session {
                     .and_then(|p| serde_json::from_str::<serde_json::Value>(p.get()).ok())
                     .and_then(|p| p.get("requestId").and_then(serde_json::Value::as_u64))
             });
-        if let Some(h) = id.and_then(|id| lock_map(&self.streams).remove(&id)) {
+        if let Some(h) = id.and_then(|id| self.streams.lock().remove(&id)) {
             h.abort();
         }
         true
@@ -372,10 +371,6 @@ impl Session {
     }
 }
 
-fn lock_map<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 async fn read_bounded(resp: reqwest::Response, max: usize) -> Result<Vec<u8>, String> {
     let mut out = Vec::new();
     let mut body = resp.bytes_stream();
@@ -446,7 +441,7 @@ pub(crate) async fn supervise(
             version: RwLock::new(None),
             expired: CancellationToken::new(),
             stateless: std::sync::atomic::AtomicBool::new(false),
-            streams: std::sync::Mutex::new(std::collections::HashMap::new()),
+            streams: parking_lot::Mutex::new(std::collections::HashMap::new()),
         });
         let (init_tx, mut init_rx) = tokio::sync::oneshot::channel();
         let init = {
@@ -520,7 +515,7 @@ pub(crate) async fn supervise(
                         let id = msg.request_id;
                         let task = tokio::spawn(session.clone().post(msg));
                         if let (Some(id), true) = (id, session.stateless.load(std::sync::atomic::Ordering::Relaxed)) {
-                            let mut streams = lock_map(&session.streams);
+                            let mut streams = session.streams.lock();
                             streams.retain(|_, h| !h.is_finished());
                             streams.insert(id, task.abort_handle());
                         }

@@ -20,8 +20,9 @@ pub use self::core::{Conn, InitInfo};
 
 use crate::mcp::Era;
 
+use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, Weak};
+use std::sync::Weak;
 
 /// Counters of one configured backend, across all its connections (exported as
 /// Prometheus metrics).
@@ -77,10 +78,7 @@ impl EraSupport {
 
 impl BackendStats {
     fn track(&self, c: &std::sync::Arc<core::Core>) {
-        let mut v = self
-            .conns
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut v = self.conns.lock();
         v.retain(|w| w.strong_count() > 0);
         v.push(std::sync::Arc::downgrade(c));
     }
@@ -110,10 +108,7 @@ impl BackendStats {
 
     /// (live connections, requests waiting for the backend) right now.
     pub fn load(&self) -> (usize, usize) {
-        let mut v = self
-            .conns
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut v = self.conns.lock();
         v.retain(|w| w.strong_count() > 0);
         let live: Vec<_> = v
             .iter()
