@@ -3,11 +3,13 @@
 //! that created them (someone else's session is 404), the legacy transport guarded
 //! too, probes and CORS preflights open, keys never logged, bad key config refused by
 //! `gantry check-config`. Real gantry, real example backend over stdio, real HTTP.
+// Integration tests time real processes: wall-clock `std::time::Instant` is right here.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
     clippy::panic,
-    clippy::indexing_slicing
+    clippy::indexing_slicing,
+    clippy::disallowed_types
 )]
 
 mod common;

@@ -4,11 +4,13 @@
 //! is `tests/fixtures/stateless_server.py`, a real process that refuses anything
 //! without 2026 `_meta`.
 
+// Integration tests time real processes: wall-clock `std::time::Instant` is right here.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
     clippy::panic,
-    clippy::indexing_slicing
+    clippy::indexing_slicing,
+    clippy::disallowed_types
 )]
 
 mod common;

@@ -4,11 +4,13 @@
 //!
 //! Everything runs against the real `gantry` binary and real backend processes: the
 //! example server (`gantry-example`) and `tests/fixtures/misbehaving_server.py`.
+// Integration tests time real processes: wall-clock `std::time::Instant` is right here.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
     clippy::panic,
-    clippy::indexing_slicing
+    clippy::indexing_slicing,
+    clippy::disallowed_types
 )]
 
 mod common;

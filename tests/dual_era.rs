@@ -6,11 +6,13 @@
 //! capabilities; a stateless-era caller the stateless era; and stateless callers
 //! Gantry cannot tell apart never inherit another's connection state.
 
+// Integration tests time real processes: wall-clock `std::time::Instant` is right here.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
     clippy::panic,
-    clippy::indexing_slicing
+    clippy::indexing_slicing,
+    clippy::disallowed_types
 )]
 
 mod common;

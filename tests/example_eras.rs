@@ -1,8 +1,10 @@
+// Integration tests time real processes: wall-clock `std::time::Instant` is right here.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
     clippy::panic,
-    clippy::indexing_slicing
+    clippy::indexing_slicing,
+    clippy::disallowed_types
 )]
 //! The example server over stdio in both protocol eras: a 2026-07-28 client with
 //! no `initialize`, a session-era client, and `--session-era-only`.

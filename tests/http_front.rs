@@ -3,11 +3,13 @@
 //! resumption, the legacy HTTP+SSE transport, idle expiry, colliding request ids,
 //! ping / re-initialize, and cancellation. Real gantry, real example backend over
 //! stdio, real HTTP on 127.0.0.1.
+// Integration tests time real processes: wall-clock `std::time::Instant` is right here.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
     clippy::panic,
-    clippy::indexing_slicing
+    clippy::indexing_slicing,
+    clippy::disallowed_types
 )]
 
 mod common;

@@ -5,11 +5,13 @@
 //! and completions (and `initialize` with a backend down), HTTP backend restart,
 //! warm-connection replacement, and the stateless era's headers to HTTP backends.
 
+// Integration tests time real processes: wall-clock `std::time::Instant` is right here.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
     clippy::panic,
-    clippy::indexing_slicing
+    clippy::indexing_slicing,
+    clippy::disallowed_types
 )]
 
 mod common;

@@ -1,9 +1,11 @@
 //! Connection limits and the warm pool of per-session stdio backends.
+// Integration tests time real processes: wall-clock `std::time::Instant` is right here.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
     clippy::panic,
-    clippy::indexing_slicing
+    clippy::indexing_slicing,
+    clippy::disallowed_types
 )]
 mod common;
 use common::*;

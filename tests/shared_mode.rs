@@ -1,10 +1,12 @@
 //! One backend connection shared by many client sessions: everything the backend
 //! says reaches exactly the session it belongs to, or nobody.
+// Integration tests time real processes: wall-clock `std::time::Instant` is right here.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
     clippy::panic,
-    clippy::indexing_slicing
+    clippy::indexing_slicing,
+    clippy::disallowed_types
 )]
 mod common;
 use common::*;

@@ -1,8 +1,10 @@
+// Integration tests time real processes: wall-clock `std::time::Instant` is right here.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
     clippy::panic,
-    clippy::indexing_slicing
+    clippy::indexing_slicing,
+    clippy::disallowed_types
 )]
 //! The basic path: a client initializes through Gantry and calls a tool of the
 //! example server over stdio.

@@ -3,11 +3,13 @@
 //! translated from a backend's server→client requests, and close-to-cancel. Real
 //! `gantry`, real backend processes, real HTTP.
 
+// Integration tests time real processes: wall-clock `std::time::Instant` is right here.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
     clippy::panic,
-    clippy::indexing_slicing
+    clippy::indexing_slicing,
+    clippy::disallowed_types
 )]
 
 mod common;

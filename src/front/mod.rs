@@ -645,7 +645,7 @@ pub(crate) async fn run_tracked_as(
         ));
     };
     let method = metrics::method_label(&req.method);
-    let started = std::time::Instant::now();
+    let started = tokio::time::Instant::now();
     let resp = app.router.dispatch(route, req, ctx).await;
     let outcome = match &resp {
         None => Outcome::Cancelled,

@@ -103,7 +103,7 @@ pub(crate) struct Core {
     slots: Option<(tokio::sync::Semaphore, usize)>,
     queue: usize,
     waiting: std::sync::atomic::AtomicUsize,
-    pub started: std::time::Instant,
+    pub started: tokio::time::Instant,
     /// The params of the `initialize` Gantry sends on every (re)start.
     pub init_params: Box<RawValue>,
     /// Which era the backend speaks, as configured (`auto`: find out).
@@ -883,7 +883,7 @@ impl Conn {
             }),
             queue: cfg.pool.queue,
             waiting: std::sync::atomic::AtomicUsize::new(0),
-            started: std::time::Instant::now(),
+            started: tokio::time::Instant::now(),
             init_params,
             era: cfg.era,
             want,

@@ -15,8 +15,9 @@ use crate::sse;
 use futures::StreamExt;
 use parking_lot::RwLock;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 /// Attempts to resume one POST stream with `Last-Event-ID` before giving up.

@@ -13,10 +13,11 @@ use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use std::process::Stdio;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 /// How long a child gets to exit after its stdin closes, and again after SIGTERM.

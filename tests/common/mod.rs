@@ -1,11 +1,13 @@
 //! Test fixtures: the real `gantry` binary on an ephemeral loopback port, real
 //! backend processes, and a small MCP client over real HTTP.
+// Integration tests time real processes: wall-clock `std::time::Instant` is right here.
 #![allow(
     dead_code,
     clippy::unwrap_used,
     clippy::expect_used,
     clippy::panic,
-    clippy::indexing_slicing
+    clippy::indexing_slicing,
+    clippy::disallowed_types
 )]
 
 use serde_json::{json, Value};
