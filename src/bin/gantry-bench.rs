@@ -1393,7 +1393,7 @@ mod proc {
     use std::collections::HashMap;
 
     /// Fields of `/proc/<pid>/stat` the bench uses.
-    pub struct Stat {
+    pub(crate) struct Stat {
         pub ppid: u32,
         pub zombie: bool,
         /// utime + stime, in clock ticks.
@@ -1403,7 +1403,7 @@ mod proc {
         pub start: u64,
     }
 
-    pub fn stat(pid: u32) -> Option<Stat> {
+    pub(crate) fn stat(pid: u32) -> Option<Stat> {
         let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
         // The command name (field 2) may hold spaces and parentheses: split after it.
         let (_, rest) = text.rsplit_once(')')?;
@@ -1420,7 +1420,7 @@ mod proc {
     }
 
     /// Every live process below `root` (not `root`), with its start time.
-    pub fn descendants(root: u32) -> Vec<(u32, u64)> {
+    pub(crate) fn descendants(root: u32) -> Vec<(u32, u64)> {
         let Ok(dir) = std::fs::read_dir("/proc") else {
             return Vec::new();
         };
@@ -1455,7 +1455,7 @@ mod proc {
     }
 
     /// CPU accounting of one process at one instant.
-    pub struct ProcCpu {
+    pub(crate) struct ProcCpu {
         start: u64,
         /// utime + stime and cutime + cstime, in clock ticks.
         own_ticks: u64,
@@ -1465,7 +1465,7 @@ mod proc {
     }
 
     /// CPU accounting of a process tree at one instant.
-    pub struct TreeCpu {
+    pub(crate) struct TreeCpu {
         root: u32,
         procs: HashMap<u32, ProcCpu>,
     }
@@ -1497,7 +1497,7 @@ mod proc {
     }
 
     /// Samples `root` and, if `tree`, every process below it.
-    pub fn cpu_sample(root: u32, tree: bool) -> TreeCpu {
+    pub(crate) fn cpu_sample(root: u32, tree: bool) -> TreeCpu {
         let mut pids = vec![root];
         if tree {
             pids.extend(descendants(root).into_iter().map(|(p, _)| p));
@@ -1518,7 +1518,7 @@ mod proc {
     /// whose threads did not change between the samples is measured with the
     /// nanosecond `schedstat` of its threads, any other with its ticks. Time of
     /// children reaped in between comes from cutime + cstime (ticks).
-    pub fn cpu_delta(a: &TreeCpu, b: &TreeCpu, tick_ns: u64) -> (u64, u64) {
+    pub(crate) fn cpu_delta(a: &TreeCpu, b: &TreeCpu, tick_ns: u64) -> (u64, u64) {
         let mut total = 0u64;
         let mut root = 0u64;
         for (pid, pb) in &b.procs {
@@ -1548,13 +1548,13 @@ mod proc {
         (total, root)
     }
 
-    pub struct Memory {
+    pub(crate) struct Memory {
         pub rss_kib: u64,
         pub procs: usize,
     }
 
     /// Sum of `VmRSS` over `root` and its descendants.
-    pub fn tree_memory(root: u32) -> Memory {
+    pub(crate) fn tree_memory(root: u32) -> Memory {
         let pids = tree(root);
         let rss_kib = pids.iter().filter_map(|p| rss_kib(*p)).sum();
         Memory {
@@ -1573,7 +1573,7 @@ mod proc {
     /// SIGKILLs the listed processes that still exist (same pid *and* start time, so
     /// a recycled pid is never hit), and their process groups when they lead one.
     /// Returns how many were still running.
-    pub fn kill_list(list: &[(u32, u64)]) -> usize {
+    pub(crate) fn kill_list(list: &[(u32, u64)]) -> usize {
         let mut n = 0;
         for &(pid, start) in list {
             if stat(pid).is_some_and(|s| s.start == start && !s.zombie) {
@@ -1596,7 +1596,7 @@ mod proc {
     }
 
     /// Kills every process below `root`.
-    pub fn kill_descendants(root: u32) {
+    pub(crate) fn kill_descendants(root: u32) {
         kill_list(&descendants(root));
     }
 }
@@ -1625,7 +1625,7 @@ mod direct {
         next: AtomicU64,
     }
 
-    pub fn serve() -> Result<()> {
+    pub(crate) fn serve() -> Result<()> {
         // Exit when the bench goes away (its end of our stdin closes).
         std::thread::Builder::new()
             .name("stdin-watch".into())
@@ -1761,7 +1761,7 @@ mod stdio_echo {
     use serde_json::{json, Value};
     use std::io::{BufRead, Write};
 
-    pub fn serve() -> Result<()> {
+    pub(crate) fn serve() -> Result<()> {
         let stdin = std::io::stdin();
         let mut out = std::io::BufWriter::new(std::io::stdout().lock());
         for line in stdin.lock().lines() {

@@ -7,30 +7,30 @@ use serde_json::{json, Value};
 use crate::example::input_required;
 
 /// A 1x1 PNG (one teal pixel), base64.
-pub const PNG_BASE64: &str =
+pub(super) const PNG_BASE64: &str =
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR42mOQz38NAAIqAXpGbxguAAAAAElFTkSuQmCC";
 /// A WAV file holding 1 ms of 8 kHz mono silence, base64.
-pub const WAV_BASE64: &str =
+pub(super) const WAV_BASE64: &str =
     "UklGRjQAAABXQVZFZm10IBAAAAABAAEAQB8AAIA+AAACABAAZGF0YRAAAAAAAAAAAAAAAAAAAAAAAAAA";
 
-pub const STATIC_TEXT_URI: &str = "test://static-text";
-pub const STATIC_TEXT: &str = "This is the content of the static text resource.";
-pub const STATIC_BINARY_URI: &str = "test://static-binary";
-pub const WATCHED_URI: &str = "test://watched-resource";
-pub const TEMPLATE_URI: &str = "test://template/{id}/data";
-pub const TEMPLATE_PREFIX: &str = "test://template/";
-pub const TEMPLATE_SUFFIX: &str = "/data";
+pub(super) const STATIC_TEXT_URI: &str = "test://static-text";
+pub(super) const STATIC_TEXT: &str = "This is the content of the static text resource.";
+pub(super) const STATIC_BINARY_URI: &str = "test://static-binary";
+pub(super) const WATCHED_URI: &str = "test://watched-resource";
+pub(super) const TEMPLATE_URI: &str = "test://template/{id}/data";
+pub(super) const TEMPLATE_PREFIX: &str = "test://template/";
+pub(super) const TEMPLATE_SUFFIX: &str = "/data";
 
-pub const MISSING_CAPABILITY_TOOL: &str = "test_missing_capability";
-pub const LOGGING_TOOL: &str = "test_logging_tool";
-pub const TRIGGER_TOOL_CHANGE: &str = "test_trigger_tool_change";
-pub const TRIGGER_PROMPT_CHANGE: &str = "test_trigger_prompt_change";
-pub const CUSTOM_HEADERS_TOOL: &str = "test_custom_headers";
-pub const DYNAMIC_TOOL: &str = "test_dynamic_tool";
-pub const DYNAMIC_PROMPT: &str = "test_dynamic_prompt";
+pub(super) const MISSING_CAPABILITY_TOOL: &str = "test_missing_capability";
+pub(super) const LOGGING_TOOL: &str = "test_logging_tool";
+pub(super) const TRIGGER_TOOL_CHANGE: &str = "test_trigger_tool_change";
+pub(super) const TRIGGER_PROMPT_CHANGE: &str = "test_trigger_prompt_change";
+pub(super) const CUSTOM_HEADERS_TOOL: &str = "test_custom_headers";
+pub(super) const DYNAMIC_TOOL: &str = "test_dynamic_tool";
+pub(super) const DYNAMIC_PROMPT: &str = "test_dynamic_prompt";
 
 /// Turn a `json!` literal into a JSON object (non-objects become `{}`).
-pub fn object(value: Value) -> JsonObject {
+pub(super) fn object(value: Value) -> JsonObject {
     match value {
         Value::Object(map) => map,
         _ => JsonObject::new(),
@@ -81,7 +81,7 @@ fn json_schema_2020_12() -> JsonObject {
     }))
 }
 
-pub fn tools() -> Vec<Tool> {
+pub(super) fn tools() -> Vec<Tool> {
     vec![
         tool(
             "echo",
@@ -319,7 +319,7 @@ pub fn tools() -> Vec<Tool> {
 }
 
 /// The tool `test_trigger_tool_change` adds and removes.
-pub fn dynamic_tool() -> Tool {
+pub(super) fn dynamic_tool() -> Tool {
     tool(
         DYNAMIC_TOOL,
         "Dynamic tool",
@@ -329,7 +329,7 @@ pub fn dynamic_tool() -> Tool {
 }
 
 /// Every tool, with the dynamic one when it is listed.
-pub fn tools_with(dynamic: bool) -> Vec<Tool> {
+pub(super) fn tools_with(dynamic: bool) -> Vec<Tool> {
     let mut tools = tools();
     if dynamic {
         tools.push(dynamic_tool());
@@ -337,7 +337,7 @@ pub fn tools_with(dynamic: bool) -> Vec<Tool> {
     tools
 }
 
-pub fn resources() -> Vec<Resource> {
+pub(super) fn resources() -> Vec<Resource> {
     vec![
         Resource::new(STATIC_TEXT_URI, "static-text")
             .with_title("Static Text Resource")
@@ -356,7 +356,7 @@ pub fn resources() -> Vec<Resource> {
     ]
 }
 
-pub fn resource_templates() -> Vec<ResourceTemplate> {
+pub(super) fn resource_templates() -> Vec<ResourceTemplate> {
     vec![ResourceTemplate::new(TEMPLATE_URI, "template")
         .with_title("Resource Template")
         .with_description("A resource template with parameter substitution")
@@ -364,14 +364,14 @@ pub fn resource_templates() -> Vec<ResourceTemplate> {
 }
 
 /// The `{id}` of a URI matching [`TEMPLATE_URI`].
-pub fn template_id(uri: &str) -> Option<&str> {
+pub(super) fn template_id(uri: &str) -> Option<&str> {
     let id = uri
         .strip_prefix(TEMPLATE_PREFIX)?
         .strip_suffix(TEMPLATE_SUFFIX)?;
     (!id.is_empty() && !id.contains('/')).then_some(id)
 }
 
-pub fn is_known_resource(uri: &str) -> bool {
+pub(super) fn is_known_resource(uri: &str) -> bool {
     [STATIC_TEXT_URI, STATIC_BINARY_URI, WATCHED_URI].contains(&uri) || template_id(uri).is_some()
 }
 
@@ -381,7 +381,7 @@ fn required_argument(name: &str, description: &str) -> PromptArgument {
         .with_required(true)
 }
 
-pub fn prompts() -> Vec<Prompt> {
+pub(super) fn prompts() -> Vec<Prompt> {
     vec![
         Prompt::new(
             "test_simple_prompt",
@@ -426,7 +426,7 @@ pub fn prompts() -> Vec<Prompt> {
 }
 
 /// The prompt `test_trigger_prompt_change` adds and removes.
-pub fn dynamic_prompt() -> Prompt {
+pub(super) fn dynamic_prompt() -> Prompt {
     Prompt::new(
         DYNAMIC_PROMPT,
         Some(
@@ -438,7 +438,7 @@ pub fn dynamic_prompt() -> Prompt {
 }
 
 /// Every prompt, with the dynamic one when it is listed.
-pub fn prompts_with(dynamic: bool) -> Vec<Prompt> {
+pub(super) fn prompts_with(dynamic: bool) -> Vec<Prompt> {
     let mut prompts = prompts();
     if dynamic {
         prompts.push(dynamic_prompt());
@@ -447,7 +447,7 @@ pub fn prompts_with(dynamic: bool) -> Vec<Prompt> {
 }
 
 /// Completion candidates for a prompt argument or a template variable.
-pub fn completion_candidates(reference: &str, argument: &str) -> &'static [&'static str] {
+pub(super) fn completion_candidates(reference: &str, argument: &str) -> &'static [&'static str] {
     match (reference, argument) {
         ("test_prompt_with_arguments", "arg1" | "arg2") => {
             &["paris", "park", "party", "test", "testValue1", "testValue2"]
@@ -461,7 +461,7 @@ pub fn completion_candidates(reference: &str, argument: &str) -> &'static [&'sta
 }
 
 /// `requestedSchema` of `test_elicitation`.
-pub fn elicitation_schema() -> Value {
+pub(super) fn elicitation_schema() -> Value {
     json!({
         "type": "object",
         "properties": {
@@ -474,7 +474,7 @@ pub fn elicitation_schema() -> Value {
 
 /// `requestedSchema` of `test_elicitation_sep1034_defaults`: a default for
 /// every primitive type.
-pub fn elicitation_defaults_schema() -> Value {
+pub(super) fn elicitation_defaults_schema() -> Value {
     json!({
         "type": "object",
         "properties": {
@@ -495,7 +495,7 @@ pub fn elicitation_defaults_schema() -> Value {
 
 /// `requestedSchema` of `test_elicitation_sep1330_enums`: the five enum
 /// shapes of SEP-1330.
-pub fn elicitation_enums_schema() -> Value {
+pub(super) fn elicitation_enums_schema() -> Value {
     json!({
         "type": "object",
         "properties": {

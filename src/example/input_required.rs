@@ -17,16 +17,16 @@ use serde_json::{json, Value};
 
 use crate::example::mrtr::{accepted_text, Ask, Fixture, Round, SessionFailure, Step};
 
-pub const ELICITATION: &str = "test_input_required_result_elicitation";
-pub const SAMPLING: &str = "test_input_required_result_sampling";
-pub const LIST_ROOTS: &str = "test_input_required_result_list_roots";
-pub const REQUEST_STATE: &str = "test_input_required_result_request_state";
-pub const MULTIPLE_INPUTS: &str = "test_input_required_result_multiple_inputs";
-pub const MULTI_ROUND: &str = "test_input_required_result_multi_round";
-pub const TAMPERED_STATE: &str = "test_input_required_result_tampered_state";
-pub const CAPABILITIES: &str = "test_input_required_result_capabilities";
-pub const STREAMING_ELICITATION: &str = "test_streaming_elicitation";
-pub const PROMPT: &str = "test_input_required_result_prompt";
+pub(super) const ELICITATION: &str = "test_input_required_result_elicitation";
+pub(super) const SAMPLING: &str = "test_input_required_result_sampling";
+pub(super) const LIST_ROOTS: &str = "test_input_required_result_list_roots";
+pub(super) const REQUEST_STATE: &str = "test_input_required_result_request_state";
+pub(super) const MULTIPLE_INPUTS: &str = "test_input_required_result_multiple_inputs";
+pub(super) const MULTI_ROUND: &str = "test_input_required_result_multi_round";
+pub(super) const TAMPERED_STATE: &str = "test_input_required_result_tampered_state";
+pub(super) const CAPABILITIES: &str = "test_input_required_result_capabilities";
+pub(super) const STREAMING_ELICITATION: &str = "test_streaming_elicitation";
+pub(super) const PROMPT: &str = "test_input_required_result_prompt";
 
 type ToolStep = Result<Step<CallToolResult>, ErrorData>;
 
@@ -43,7 +43,7 @@ impl SessionFailure for GetPromptResult {
 }
 
 /// The fixture behind an MRTR tool.
-pub fn tool(name: &str) -> Option<Fixture<CallToolResult>> {
+pub(super) fn tool(name: &str) -> Option<Fixture<CallToolResult>> {
     Some(match name {
         ELICITATION | STREAMING_ELICITATION => elicitation,
         SAMPLING => sampling,
@@ -58,7 +58,7 @@ pub fn tool(name: &str) -> Option<Fixture<CallToolResult>> {
 }
 
 /// The fixture behind an MRTR prompt.
-pub fn prompt(name: &str) -> Option<Fixture<GetPromptResult>> {
+pub(super) fn prompt(name: &str) -> Option<Fixture<GetPromptResult>> {
     (name == PROMPT).then_some(prompt_with_context as Fixture<GetPromptResult>)
 }
 

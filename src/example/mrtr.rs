@@ -42,7 +42,7 @@ const MAX_SESSION_ROUNDS: usize = 10;
 
 /// A client capability an input request needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Capability {
+pub(super) enum Capability {
     Elicitation,
     Sampling,
     Roots,
@@ -67,7 +67,7 @@ impl Capability {
 }
 
 /// `-32021` naming the capabilities a request needs (a `ClientCapabilities` object).
-pub fn missing_capabilities(needed: &[Capability]) -> ErrorData {
+pub(super) fn missing_capabilities(needed: &[Capability]) -> ErrorData {
     let required: Map<String, Value> = needed
         .iter()
         .map(|capability| (capability.key().to_owned(), json!({})))
@@ -88,7 +88,7 @@ pub fn missing_capabilities(needed: &[Capability]) -> ErrorData {
 
 /// One question for the client.
 #[derive(Clone, Debug)]
-pub enum Ask {
+pub(super) enum Ask {
     /// `elicitation/create` (form mode) with a `requestedSchema`.
     Elicit { message: String, schema: Value },
     /// `sampling/createMessage` with one user message.
@@ -98,21 +98,21 @@ pub enum Ask {
 }
 
 impl Ask {
-    pub fn elicit(message: &str, schema: Value) -> Self {
+    pub(super) fn elicit(message: &str, schema: Value) -> Self {
         Ask::Elicit {
             message: message.to_owned(),
             schema,
         }
     }
 
-    pub fn sample(prompt: &str, max_tokens: u32) -> Self {
+    pub(super) fn sample(prompt: &str, max_tokens: u32) -> Self {
         Ask::Sample {
             prompt: prompt.to_owned(),
             max_tokens,
         }
     }
 
-    pub fn capability(&self) -> Capability {
+    pub(super) fn capability(&self) -> Capability {
         match self {
             Ask::Elicit { .. } => Capability::Elicitation,
             Ask::Sample { .. } => Capability::Sampling,
@@ -184,7 +184,7 @@ impl Ask {
 }
 
 /// What a fixture decides in one round.
-pub enum Step<T> {
+pub(super) enum Step<T> {
     /// Ask these questions (keyed as in `inputRequests`), carrying `state` to the
     /// next round.
     Ask {
@@ -196,7 +196,7 @@ pub enum Step<T> {
 }
 
 /// The input of one round.
-pub struct Round<'a> {
+pub(super) struct Round<'a> {
     responses: &'a InputResponses,
     state: Option<&'a Value>,
     capabilities: &'a ClientCapabilities,
@@ -204,17 +204,17 @@ pub struct Round<'a> {
 
 impl Round<'_> {
     /// The state the previous round carried (verified), if any.
-    pub fn state(&self) -> Option<&Value> {
+    pub(super) fn state(&self) -> Option<&Value> {
         self.state
     }
 
     /// The state's integer `field`, if the previous round carried one.
-    pub fn state_number(&self, field: &str) -> Option<u64> {
+    pub(super) fn state_number(&self, field: &str) -> Option<u64> {
         self.state?.get(field)?.as_u64()
     }
 
     /// The state's string `field`, if the previous round carried one.
-    pub fn state_text(&self, field: &str) -> Option<&str> {
+    pub(super) fn state_text(&self, field: &str) -> Option<&str> {
         self.state?.get(field)?.as_str()
     }
 
@@ -233,12 +233,12 @@ impl Round<'_> {
     }
 
     /// The `ElicitResult` answering `key`; `-32602` if it is malformed.
-    pub fn elicited(&self, key: &str) -> Result<Option<ElicitResult>, ErrorData> {
+    pub(super) fn elicited(&self, key: &str) -> Result<Option<ElicitResult>, ErrorData> {
         self.answer(key, "ElicitResult")
     }
 
     /// The text of the `CreateMessageResult` answering `key`; `-32602` if malformed.
-    pub fn sampled(&self, key: &str) -> Result<Option<String>, ErrorData> {
+    pub(super) fn sampled(&self, key: &str) -> Result<Option<String>, ErrorData> {
         let result: Option<CreateMessageResult> = self.answer(key, "CreateMessageResult")?;
         Ok(result.map(|result| {
             let content = serde_json::to_value(&result.message.content).unwrap_or_default();
@@ -247,14 +247,14 @@ impl Round<'_> {
     }
 
     /// The roots of the `ListRootsResult` answering `key`; `-32602` if malformed.
-    pub fn roots(&self, key: &str) -> Result<Option<Vec<Root>>, ErrorData> {
+    pub(super) fn roots(&self, key: &str) -> Result<Option<Vec<Root>>, ErrorData> {
         let result: Option<ListRootsResult> = self.answer(key, "ListRootsResult")?;
         Ok(result.map(|result| result.roots))
     }
 
     /// `-32021` unless the client declared `capability` (in this request's `_meta`
     /// in the stateless era).
-    pub fn require(&self, capability: Capability) -> Result<(), ErrorData> {
+    pub(super) fn require(&self, capability: Capability) -> Result<(), ErrorData> {
         if capability.declared_by(self.capabilities) {
             Ok(())
         } else {
@@ -263,14 +263,17 @@ impl Round<'_> {
     }
 
     /// The questions the client can answer (it declared their capability).
-    pub fn answerable<'a>(&self, asks: &'a [(&'static str, Ask)]) -> Vec<&'a (&'static str, Ask)> {
+    pub(super) fn answerable<'a>(
+        &self,
+        asks: &'a [(&'static str, Ask)],
+    ) -> Vec<&'a (&'static str, Ask)> {
         asks.iter()
             .filter(|(_, ask)| ask.capability().declared_by(self.capabilities))
             .collect()
     }
 
     /// Asks the questions the client can answer; `-32021` if it can answer none.
-    pub fn ask<T>(
+    pub(super) fn ask<T>(
         &self,
         asks: Vec<(&'static str, Ask)>,
         state: Option<Value>,
@@ -291,7 +294,7 @@ impl Round<'_> {
 }
 
 /// The text of an elicitation answer's `field`, if the user accepted and gave one.
-pub fn accepted_text(answer: &ElicitResult, field: &str) -> Option<String> {
+pub(super) fn accepted_text(answer: &ElicitResult, field: &str) -> Option<String> {
     if answer.action != ElicitationAction::Accept {
         return None;
     }
@@ -303,7 +306,7 @@ pub fn accepted_text(answer: &ElicitResult, field: &str) -> Option<String> {
 }
 
 /// Join every `text` found in sampled content (one block or a list).
-pub fn sampled_text(content: &Value) -> String {
+pub(super) fn sampled_text(content: &Value) -> String {
     let blocks = match content {
         Value::Array(blocks) => blocks.iter().collect(),
         block => vec![block],
@@ -320,10 +323,10 @@ pub fn sampled_text(content: &Value) -> String {
 }
 
 /// A fixture: one round in, one step out.
-pub type Fixture<T> = fn(&Round<'_>) -> Result<Step<T>, ErrorData>;
+pub(super) type Fixture<T> = fn(&Round<'_>) -> Result<Step<T>, ErrorData>;
 
 /// The retry fields of a `tools/call`, `prompts/get` or `resources/read`.
-pub struct Retry {
+pub(super) struct Retry {
     /// What the state is bound to, e.g. `tools/call test_input_required_result_multi_round`.
     pub binding: String,
     pub input_responses: Option<InputResponses>,
@@ -338,7 +341,7 @@ pub enum Outcome<T> {
 
 /// Runs one round of `fixture` (a [`Fixture`] or a closure over the request's
 /// arguments) for a stateless (2026-07-28) request.
-pub fn run_stateless<T>(
+pub(super) fn run_stateless<T>(
     server: &ServerState,
     retry: Retry,
     capabilities: &ClientCapabilities,
@@ -387,14 +390,14 @@ pub fn run_stateless<T>(
 
 /// How a session-era run reports a failure that is not a protocol error
 /// (the client lacks a capability, or failed a request).
-pub trait SessionFailure: Sized {
+pub(super) trait SessionFailure: Sized {
     fn failed(message: String) -> Result<Self, ErrorData>;
 }
 
 /// Runs `fixture` to completion on a session-era session, asking its questions as
 /// real requests to the client. Each round sees the answers to the previous round's
 /// questions and the previous round's state, exactly as a stateless retry would.
-pub async fn run_in_session<T: SessionFailure>(
+pub(super) async fn run_in_session<T: SessionFailure>(
     peer: &Peer<RoleServer>,
     capabilities: &ClientCapabilities,
     fixture: Fixture<T>,

@@ -28,22 +28,22 @@ use crate::example::{
     mrtr::{sampled_text, Ask, Capability, Round, Step},
 };
 
-pub const SAMPLING_TOOL: &str = "test_sampling";
-pub const ELICITATION_TOOL: &str = "test_elicitation";
-pub const ELICITATION_DEFAULTS_TOOL: &str = "test_elicitation_sep1034_defaults";
-pub const ELICITATION_ENUMS_TOOL: &str = "test_elicitation_sep1330_enums";
+pub(super) const SAMPLING_TOOL: &str = "test_sampling";
+pub(super) const ELICITATION_TOOL: &str = "test_elicitation";
+pub(super) const ELICITATION_DEFAULTS_TOOL: &str = "test_elicitation_sep1034_defaults";
+pub(super) const ELICITATION_ENUMS_TOOL: &str = "test_elicitation_sep1330_enums";
 
 /// The `inputRequests` key of the `sampling/createMessage` request.
-pub const SAMPLING_KEY: &str = "sampling";
+pub(super) const SAMPLING_KEY: &str = "sampling";
 /// The `inputRequests` key of the `elicitation/create` request.
-pub const ELICITATION_KEY: &str = "elicitation";
+pub(super) const ELICITATION_KEY: &str = "elicitation";
 
 /// `maxTokens` of the `test_sampling` request.
-pub const SAMPLING_MAX_TOKENS: u32 = 100;
+pub(super) const SAMPLING_MAX_TOKENS: u32 = 100;
 
 /// A tool call that asks the client one question.
 #[derive(Clone, Debug)]
-pub enum PeerTool {
+pub(super) enum PeerTool {
     /// `sampling/createMessage` with the user message `prompt`.
     Sampling { prompt: String },
     /// `elicitation/create` (form mode); the result text starts with `result_prefix`.
@@ -65,7 +65,7 @@ impl PeerTool {
     /// The question tool `name` asks when called with `arguments`, if it is one of
     /// these tools; `Err` is the text of the tool error result for missing
     /// arguments (the same in both eras).
-    pub fn of(name: &str, arguments: &JsonObject) -> Option<Result<Self, String>> {
+    pub(super) fn of(name: &str, arguments: &JsonObject) -> Option<Result<Self, String>> {
         let tool = match name {
             SAMPLING_TOOL => {
                 string_argument(arguments, "prompt").map(|prompt| PeerTool::Sampling {
@@ -95,7 +95,7 @@ impl PeerTool {
     }
 
     /// The client capability the question needs.
-    pub fn capability(&self) -> Capability {
+    pub(super) fn capability(&self) -> Capability {
         match self {
             PeerTool::Sampling { .. } => Capability::Sampling,
             PeerTool::Elicitation { .. } => Capability::Elicitation,
@@ -103,7 +103,7 @@ impl PeerTool {
     }
 
     /// The question's key in `inputRequests` / `inputResponses`.
-    pub fn key(&self) -> &'static str {
+    pub(super) fn key(&self) -> &'static str {
         match self {
             PeerTool::Sampling { .. } => SAMPLING_KEY,
             PeerTool::Elicitation { .. } => ELICITATION_KEY,
@@ -139,7 +139,7 @@ impl PeerTool {
     /// - `-32602` if the (verified) `requestState` was issued for other arguments;
     /// - the result, once the retry carries both that state and the answer;
     /// - otherwise (first call, or an answer without state) the question, again.
-    pub fn round(
+    pub(super) fn round(
         &self,
         arguments: &JsonObject,
         round: &Round<'_>,
@@ -164,17 +164,17 @@ impl PeerTool {
 }
 
 /// `test_sampling`'s result text for the sampled text of the client's answer.
-pub fn sampling_text(sampled: &str) -> String {
+pub(super) fn sampling_text(sampled: &str) -> String {
     format!("LLM response: {sampled}")
 }
 
 /// `test_sampling`'s result text for the `content` of a `CreateMessageResult`.
-pub fn sampling_content_text(content: &Value) -> String {
+pub(super) fn sampling_content_text(content: &Value) -> String {
     sampling_text(&sampled_text(content))
 }
 
 /// An elicitation tool's result text for the client's answer.
-pub fn elicitation_text(result_prefix: &str, answer: &ElicitResult) -> String {
+pub(super) fn elicitation_text(result_prefix: &str, answer: &ElicitResult) -> String {
     let action = serde_json::to_value(&answer.action).unwrap_or_default();
     let action = action.as_str().unwrap_or("unknown");
     let content = answer.content.clone().unwrap_or_else(|| json!({}));

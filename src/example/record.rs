@@ -11,11 +11,11 @@ use std::sync::{Arc, Mutex};
 
 /// Appends lines to one file; writes are whole lines (one `write` each).
 #[derive(Clone)]
-pub struct Recorder(Arc<Mutex<std::fs::File>>);
+pub(super) struct Recorder(Arc<Mutex<std::fs::File>>);
 
 impl Recorder {
     /// The recorder the environment variable `var` names, if it is set.
-    pub fn from_env(var: &str) -> anyhow::Result<Option<Self>> {
+    pub(super) fn from_env(var: &str) -> anyhow::Result<Option<Self>> {
         let Some(path) = std::env::var_os(var).map(PathBuf::from) else {
             return Ok(None);
         };
@@ -28,7 +28,7 @@ impl Recorder {
     }
 
     /// Appends `line` (without its newline) and a newline.
-    pub fn line(&self, line: &[u8]) {
+    pub(super) fn line(&self, line: &[u8]) {
         let mut buf = Vec::with_capacity(line.len() + 1);
         buf.extend(line.iter().map(|b| if *b == b'\n' { b' ' } else { *b }));
         buf.push(b'\n');
@@ -43,7 +43,7 @@ impl Recorder {
 }
 
 /// stdin, with every line recorded on its way to the server.
-pub fn tee_stdin(rec: Recorder) -> tokio::io::DuplexStream {
+pub(super) fn tee_stdin(rec: Recorder) -> tokio::io::DuplexStream {
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
     let (mut tx, rx) = tokio::io::duplex(1 << 16);
     tokio::spawn(async move {
@@ -71,7 +71,7 @@ pub fn tee_stdin(rec: Recorder) -> tokio::io::DuplexStream {
 }
 
 /// Axum middleware: records each request's headers and JSON body.
-pub async fn http(
+pub(super) async fn http(
     axum::extract::State(recs): axum::extract::State<(Option<Recorder>, Option<Recorder>)>,
     req: axum::extract::Request,
     next: axum::middleware::Next,

@@ -119,7 +119,7 @@ fn severity(level: LoggingLevel) -> u8 {
 }
 
 #[derive(Clone)]
-pub struct ExampleServer {
+pub(super) struct ExampleServer {
     session: Arc<Session>,
     /// Server-wide state, shared by all sessions and stateless requests.
     state: Arc<ServerState>,
@@ -128,7 +128,10 @@ pub struct ExampleServer {
 }
 
 impl ExampleServer {
-    pub fn new(state: Arc<ServerState>, http_sessions: Option<Arc<ReconnectableSessions>>) -> Self {
+    pub(super) fn new(
+        state: Arc<ServerState>,
+        http_sessions: Option<Arc<ReconnectableSessions>>,
+    ) -> Self {
         Self {
             session: Arc::default(),
             state,

@@ -66,13 +66,13 @@ fn discover_not_found() -> ErrorData {
 // ------------------------------------------------------------------ stdio
 
 /// A stdio transport that admits only session-era traffic (see the module docs).
-pub struct SessionEraOnly<T> {
+pub(super) struct SessionEraOnly<T> {
     inner: T,
     initialized: bool,
 }
 
 impl<T> SessionEraOnly<T> {
-    pub fn new(inner: T) -> Self {
+    pub(super) fn new(inner: T) -> Self {
         Self {
             inner,
             initialized: false,
@@ -164,7 +164,7 @@ fn jsonrpc_error(id: Option<Value>, error: &ErrorData) -> Response {
 }
 
 /// Axum middleware in front of rmcp's Streamable HTTP service (see the module docs).
-pub async fn http_gate(request: Request, next: Next) -> Response {
+pub(super) async fn http_gate(request: Request, next: Next) -> Response {
     if request.method() != Method::POST {
         return next.run(request).await;
     }

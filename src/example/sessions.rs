@@ -38,7 +38,7 @@ use tokio::sync::Notify;
 use tokio_stream::wrappers::ReceiverStream;
 
 /// The tool whose request streams are tracked.
-pub const RECONNECTION_TOOL: &str = "test_reconnection";
+pub(super) const RECONNECTION_TOOL: &str = "test_reconnection";
 
 /// One tracked `test_reconnection` request stream.
 struct TrackedStream {
@@ -51,13 +51,13 @@ struct TrackedStream {
 type StreamKey = (SessionId, RequestId);
 
 #[derive(Default)]
-pub struct ReconnectableSessions {
+pub(super) struct ReconnectableSessions {
     inner: LocalSessionManager,
     tracked: Mutex<HashMap<StreamKey, TrackedStream>>,
 }
 
 /// What [`ReconnectableSessions::close_request_stream`] achieved.
-pub enum StreamClosed {
+pub(super) enum StreamClosed {
     /// The stream was closed; await the notify to learn when the client is back.
     Closed(Arc<Notify>),
     /// Nothing to close (unknown session or request, e.g. over stdio).
@@ -84,7 +84,7 @@ impl ReconnectableSessions {
     /// `session_id`, after sending a priming event that tells the client to
     /// reconnect after `retry`. The request keeps running; its response is
     /// cached and delivered once the client resumes the stream.
-    pub async fn close_request_stream(
+    pub(super) async fn close_request_stream(
         &self,
         session_id: &str,
         request_id: &RequestId,
@@ -109,7 +109,7 @@ impl ReconnectableSessions {
     }
 
     /// Forget a tracked request once its tool call is over.
-    pub fn forget(&self, session_id: &str, request_id: &RequestId) {
+    pub(super) fn forget(&self, session_id: &str, request_id: &RequestId) {
         let key: StreamKey = (session_id.into(), request_id.clone());
         self.tracked().remove(&key);
     }

@@ -53,13 +53,13 @@ impl Eras {
 
 /// A change of a list the client may watch (`notifications/*/list_changed`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ListChange {
+pub(super) enum ListChange {
     Tools,
     Prompts,
 }
 
 /// State shared by all handlers of one server process.
-pub struct ServerState {
+pub(super) struct ServerState {
     eras: Eras,
     changes: broadcast::Sender<ListChange>,
     /// Whether `test_dynamic_tool` is listed (toggled by `test_trigger_tool_change`).
@@ -74,7 +74,7 @@ pub struct ServerState {
 
 impl ServerState {
     /// Fresh state with a random per-process `requestState` key.
-    pub fn new(eras: Eras) -> Result<Self, RequestStateError> {
+    pub(super) fn new(eras: Eras) -> Result<Self, RequestStateError> {
         let key: [u8; 32] = rand::random();
         Ok(Self {
             eras,
@@ -86,17 +86,17 @@ impl ServerState {
         })
     }
 
-    pub fn eras(&self) -> Eras {
+    pub(super) fn eras(&self) -> Eras {
         self.eras
     }
 
     /// Receives every list change from now on.
-    pub fn subscribe(&self) -> broadcast::Receiver<ListChange> {
+    pub(super) fn subscribe(&self) -> broadcast::Receiver<ListChange> {
         self.changes.subscribe()
     }
 
     /// Toggles the dynamic tool or prompt and tells every subscriber.
-    pub fn change(&self, list: ListChange) {
+    pub(super) fn change(&self, list: ListChange) {
         let flag = match list {
             ListChange::Tools => &self.dynamic_tool,
             ListChange::Prompts => &self.dynamic_prompt,
@@ -106,25 +106,29 @@ impl ServerState {
         let _ = self.changes.send(list);
     }
 
-    pub fn has_dynamic_tool(&self) -> bool {
+    pub(super) fn has_dynamic_tool(&self) -> bool {
         self.dynamic_tool.load(Ordering::Relaxed)
     }
 
-    pub fn has_dynamic_prompt(&self) -> bool {
+    pub(super) fn has_dynamic_prompt(&self) -> bool {
         self.dynamic_prompt.load(Ordering::Relaxed)
     }
 
-    pub fn watched_version(&self) -> u64 {
+    pub(super) fn watched_version(&self) -> u64 {
         self.watched_version.load(Ordering::Relaxed)
     }
 
-    pub fn bump_watched_version(&self) {
+    pub(super) fn bump_watched_version(&self) {
         self.watched_version.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Seals an MRTR state so that only this process can open it, and only for
     /// the same `binding` (method and target), within [`REQUEST_STATE_TTL`].
-    pub fn seal_state(&self, state: &Value, binding: &str) -> Result<String, RequestStateError> {
+    pub(super) fn seal_state(
+        &self,
+        state: &Value,
+        binding: &str,
+    ) -> Result<String, RequestStateError> {
         let options = SealOptions::new()
             .associated_data(binding.as_bytes())
             .ttl(REQUEST_STATE_TTL);
@@ -133,7 +137,11 @@ impl ServerState {
 
     /// Opens a `requestState` echoed by a client; fails if it was forged,
     /// tampered with, sealed for another binding or expired.
-    pub fn open_state(&self, sealed: &str, binding: &str) -> Result<Value, RequestStateError> {
+    pub(super) fn open_state(
+        &self,
+        sealed: &str,
+        binding: &str,
+    ) -> Result<Value, RequestStateError> {
         self.state_codec.open_json_with(sealed, binding.as_bytes())
     }
 }

@@ -59,7 +59,7 @@ fn fnv1a(s: &str) -> u64 {
 /// The name a client sees for `name` of `backend`: `<backend><sep><name>`, with any
 /// character outside `[A-Za-z0-9_-]` replaced and, past 64 characters, shortened to
 /// a prefix plus a hash of the full name (deterministic, so stable across restarts).
-pub fn expose(backend: &str, sep: &str, name: &str) -> String {
+pub(super) fn expose(backend: &str, sep: &str, name: &str) -> String {
     let full = format!("{backend}{sep}{name}");
     let clean: String = full
         .chars()

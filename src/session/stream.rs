@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 /// Bytes one stream's log may hold; beyond it the oldest events are dropped (a
 /// reader that still needed them is ended, never fed a gap). With the per-stream
 /// event count this bounds what a slow or absent reader can make Gantry buffer.
-pub const MAX_STREAM_BYTES: usize = 8 * 1024 * 1024;
+pub(super) const MAX_STREAM_BYTES: usize = 8 * 1024 * 1024;
 
 /// A bounded, resumable log of one SSE stream's events.
 pub struct EventStream {

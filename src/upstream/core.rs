@@ -151,7 +151,7 @@ impl Core {
 
     /// The era whose handshake the last incarnation died of, if it did (and
     /// forgets it). The backend does not speak it: recorded here.
-    pub fn take_probe_death(&self) -> Option<Era> {
+    pub(crate) fn take_probe_death(&self) -> Option<Era> {
         let era = self.probing.lock().take()?;
         self.stats.eras.set(era, false);
         Some(era)
@@ -165,7 +165,7 @@ impl Core {
         id % MAX_UPSTREAM_ID
     }
 
-    pub fn unavailable(&self, reason: impl Into<String>) -> UpstreamError {
+    pub(crate) fn unavailable(&self, reason: impl Into<String>) -> UpstreamError {
         UpstreamError::Unavailable {
             backend: self.name.clone(),
             reason: reason.into(),
@@ -207,7 +207,7 @@ impl Core {
     }
 
     /// Sends a request for incarnation `gen` and waits for its response.
-    pub async fn request(
+    pub(crate) async fn request(
         self: &Arc<Self>,
         gen: u64,
         method: &str,
@@ -222,7 +222,7 @@ impl Core {
 
     /// [`Core::request`] with extra HTTP headers.
     #[allow(clippy::too_many_arguments)]
-    pub async fn request_with(
+    pub(crate) async fn request_with(
         self: &Arc<Self>,
         gen: u64,
         method: &str,
@@ -338,7 +338,7 @@ impl Core {
     }
 
     /// Writes one line to incarnation `gen`'s stdin (stdio backends).
-    pub async fn write_direct(&self, gen: u64, line: &str) -> Result<(), String> {
+    pub(crate) async fn write_direct(&self, gen: u64, line: &str) -> Result<(), String> {
         let mut slot = self.stdin.lock().await;
         match slot.as_mut() {
             Some(s) if s.gen == gen => super::stdio::write_line(&mut s.w, line)
@@ -349,7 +349,7 @@ impl Core {
     }
 
     /// Sends a message without waiting for anything.
-    pub fn send_line(&self, gen: u64, line: String) {
+    pub(crate) fn send_line(&self, gen: u64, line: String) {
         if self
             .out
             .try_send(Outgoing {
@@ -365,7 +365,7 @@ impl Core {
     }
 
     /// Fails every pending request of incarnation `gen` (all when `None`).
-    pub fn fail_pending(&self, gen: Option<u64>, reason: &str) {
+    pub(crate) fn fail_pending(&self, gen: Option<u64>, reason: &str) {
         let drained: Vec<Pending> = {
             let mut p = self.pending.lock();
             let ids: Vec<u64> = p
@@ -387,7 +387,7 @@ impl Core {
     }
 
     /// Fails one pending request (its transport broke).
-    pub fn fail_one(&self, id: u64, reason: String) {
+    pub(crate) fn fail_one(&self, id: u64, reason: String) {
         if let Some(p) = self.pending.lock().remove(&id) {
             let _ = p.reply.send(Err(UpstreamError::Crashed {
                 backend: self.name.clone(),
@@ -397,14 +397,14 @@ impl Core {
     }
 
     /// Whether request `id` still waits for its response.
-    pub fn is_pending(&self, id: u64) -> bool {
+    pub(crate) fn is_pending(&self, id: u64) -> bool {
         self.pending.lock().contains_key(&id)
     }
 
     /// Number of requests waiting for the backend.
     /// Client requests waiting for the backend's answer (Gantry's own, such as the
     /// long-lived `subscriptions/listen` of a stateless-era backend, are not counted).
-    pub fn pending_len(&self) -> usize {
+    pub(crate) fn pending_len(&self) -> usize {
         self.pending
             .lock()
             .values()
@@ -428,7 +428,7 @@ impl Core {
     }
 
     /// Whether the connection has been shut down for good.
-    pub fn is_closed(&self) -> bool {
+    pub(crate) fn is_closed(&self) -> bool {
         matches!(*self.state.borrow(), State::Closed)
     }
 
@@ -443,7 +443,7 @@ impl Core {
 
     /// Handles one message from the backend (incarnation `gen`). `related` is the
     /// upstream id of the request whose response stream carried it, if any.
-    pub fn incoming(self: &Arc<Self>, gen: u64, msg: Message, related: Option<u64>) {
+    pub(crate) fn incoming(self: &Arc<Self>, gen: u64, msg: Message, related: Option<u64>) {
         match msg {
             Message::Response(r) => {
                 let entry =
@@ -1436,7 +1436,7 @@ pub(crate) struct Backoff {
 }
 
 impl Backoff {
-    pub fn new(cfg: &crate::config::RestartConfig) -> Self {
+    pub(super) fn new(cfg: &crate::config::RestartConfig) -> Self {
         Self {
             next: cfg.initial_backoff,
             initial: cfg.initial_backoff,
@@ -1444,13 +1444,13 @@ impl Backoff {
         }
     }
     /// The delay to wait now; doubles the next one.
-    pub fn step(&mut self) -> Duration {
+    pub(super) fn step(&mut self) -> Duration {
         let d = self.next;
         self.next = (self.next * 2).min(self.max);
         d
     }
     /// Back to the initial delay (after a run that lasted).
-    pub fn reset(&mut self) {
+    pub(super) fn reset(&mut self) {
         self.next = self.initial;
     }
 }

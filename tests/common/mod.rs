@@ -18,24 +18,24 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Path of the example MCP server binary built with the package.
-pub fn example_bin() -> PathBuf {
+pub(crate) fn example_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_gantry-example"))
 }
 
 /// Path of the gantry binary.
-pub fn gantry_bin() -> PathBuf {
+pub(crate) fn gantry_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_gantry"))
 }
 
 /// Path of a file under tests/fixtures.
-pub fn fixture(name: &str) -> PathBuf {
+pub(crate) fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")
         .join(name)
 }
 
 /// A running gantry process. Killed (SIGKILL) on drop if still running.
-pub struct Gantry {
+pub(crate) struct Gantry {
     pub child: Child,
     /// `http://127.0.0.1:PORT/mcp`
     pub url: String,
@@ -46,9 +46,9 @@ pub struct Gantry {
 }
 
 mod tempdir {
-    pub struct TempDir(pub std::path::PathBuf);
+    pub(super) struct TempDir(pub std::path::PathBuf);
     impl TempDir {
-        pub fn new() -> Self {
+        pub(super) fn new() -> Self {
             let p = std::env::temp_dir().join(format!(
                 "gantry-test-{}-{}",
                 std::process::id(),
@@ -76,23 +76,23 @@ mod tempdir {
 
 impl Gantry {
     /// Starts gantry with these extra arguments (`--listen 127.0.0.1:0` is added).
-    pub fn start(args: &[&str]) -> Self {
+    pub(crate) fn start(args: &[&str]) -> Self {
         Self::spawn(args, None)
     }
 
     /// Starts gantry in front of the example server over stdio.
-    pub fn example_stdio() -> Self {
+    pub(crate) fn example_stdio() -> Self {
         let bin = example_bin();
         Self::start(&["--stdio", bin.to_str().unwrap()])
     }
 
     /// Starts gantry with a TOML config. `listen` is forced to an ephemeral port.
-    pub fn with_config(toml: &str) -> Self {
+    pub(crate) fn with_config(toml: &str) -> Self {
         Self::with_config_env(toml, &[])
     }
 
     /// [`Gantry::with_config`] with these variables added to Gantry's environment.
-    pub fn with_config_env(toml: &str, env: &[(&str, &str)]) -> Self {
+    pub(crate) fn with_config_env(toml: &str, env: &[(&str, &str)]) -> Self {
         let dir = tempdir::TempDir::new();
         let path = dir.0.join("gantry.toml");
         std::fs::write(&path, toml).unwrap();
@@ -157,12 +157,12 @@ impl Gantry {
     }
 
     /// Everything gantry logged so far.
-    pub fn log_text(&self) -> String {
+    pub(crate) fn log_text(&self) -> String {
         self.log.lock().unwrap().join("\n")
     }
 
     /// Waits until the log contains `needle` (bounded).
-    pub fn wait_log(&self, needle: &str, within: Duration) -> bool {
+    pub(crate) fn wait_log(&self, needle: &str, within: Duration) -> bool {
         let end = Instant::now() + within;
         while Instant::now() < end {
             if self.log_text().contains(needle) {
@@ -174,7 +174,7 @@ impl Gantry {
     }
 
     /// Sends SIGTERM and waits (bounded) for exit; returns the exit status.
-    pub fn terminate(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+    pub(crate) fn terminate(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
         let _ = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status();
@@ -188,11 +188,11 @@ impl Gantry {
         None
     }
 
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
 
-    pub fn client(&self) -> Client {
+    pub(crate) fn client(&self) -> Client {
         Client::new(&self.url)
     }
 }
@@ -205,7 +205,7 @@ impl Drop for Gantry {
 }
 
 /// Processes (pid, command line) whose parent is `ppid`, from /proc.
-pub fn children_of(ppid: u32) -> Vec<(u32, String)> {
+pub(crate) fn children_of(ppid: u32) -> Vec<(u32, String)> {
     let mut out = Vec::new();
     for e in std::fs::read_dir("/proc").unwrap().flatten() {
         let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
@@ -229,7 +229,7 @@ pub fn children_of(ppid: u32) -> Vec<(u32, String)> {
 }
 
 /// Whether a process exists (and is not a zombie).
-pub fn alive(pid: u32) -> bool {
+pub(crate) fn alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(stat) => !stat
             .rsplit_once(')')
@@ -242,7 +242,7 @@ pub fn alive(pid: u32) -> bool {
 /// What one POST produced: status, headers, and the JSON-RPC messages in the body
 /// (one for JSON, each `data` for SSE).
 #[derive(Debug)]
-pub struct Reply {
+pub(crate) struct Reply {
     pub status: u16,
     pub headers: reqwest::header::HeaderMap,
     pub messages: Vec<Value>,
@@ -252,12 +252,12 @@ pub struct Reply {
 
 impl Reply {
     /// The response message with this id.
-    pub fn response(&self, id: &Value) -> Option<&Value> {
+    pub(crate) fn response(&self, id: &Value) -> Option<&Value> {
         self.messages.iter().find(|m| {
             m.get("id") == Some(id) && (m.get("result").is_some() || m.get("error").is_some())
         })
     }
-    pub fn content_type(&self) -> String {
+    pub(crate) fn content_type(&self) -> String {
         self.headers
             .get("content-type")
             .and_then(|v| v.to_str().ok())
@@ -267,14 +267,14 @@ impl Reply {
 }
 
 /// A minimal MCP client over Streamable HTTP (session era).
-pub struct Client {
+pub(crate) struct Client {
     pub http: reqwest::Client,
     pub url: String,
     pub session: Option<String>,
     pub version: String,
 }
 
-pub fn parse_sse(text: &str) -> (Vec<Value>, Vec<String>) {
+pub(crate) fn parse_sse(text: &str) -> (Vec<Value>, Vec<String>) {
     let mut p = gantry::sse::Parser::new(64 << 20);
     let evs = p
         .feed(text.as_bytes())
@@ -296,7 +296,7 @@ pub fn parse_sse(text: &str) -> (Vec<Value>, Vec<String>) {
 }
 
 /// Processes (pid, command line) descended from `pid`: children, grandchildren, …
-pub fn descendants_of(pid: u32) -> Vec<(u32, String)> {
+pub(crate) fn descendants_of(pid: u32) -> Vec<(u32, String)> {
     let mut out = Vec::new();
     let mut frontier = vec![pid];
     while let Some(p) = frontier.pop() {
@@ -309,7 +309,7 @@ pub fn descendants_of(pid: u32) -> Vec<(u32, String)> {
 }
 
 impl Client {
-    pub fn new(url: &str) -> Self {
+    pub(crate) fn new(url: &str) -> Self {
         Self {
             http: reqwest::Client::builder()
                 .timeout(Duration::from_secs(60))
@@ -322,7 +322,7 @@ impl Client {
     }
 
     /// A POST with the session headers and `Accept: application/json, text/event-stream`.
-    pub fn post_builder(&self) -> reqwest::RequestBuilder {
+    pub(crate) fn post_builder(&self) -> reqwest::RequestBuilder {
         let mut rb = self
             .http
             .post(&self.url)
@@ -337,7 +337,7 @@ impl Client {
     }
 
     /// POSTs a body and reads the whole reply (JSON or SSE to its end).
-    pub async fn post(&self, body: &Value) -> Reply {
+    pub(crate) async fn post(&self, body: &Value) -> Reply {
         Self::read(
             self.post_builder()
                 .body(body.to_string())
@@ -348,7 +348,7 @@ impl Client {
         .await
     }
 
-    pub async fn read(resp: reqwest::Response) -> Reply {
+    pub(crate) async fn read(resp: reqwest::Response) -> Reply {
         let status = resp.status().as_u16();
         let headers = resp.headers().clone();
         let raw = resp.text().await.unwrap();
@@ -386,11 +386,11 @@ impl Client {
     }
 
     /// Initializes a session (and sends `notifications/initialized`).
-    pub async fn initialize(&mut self) -> Value {
+    pub(crate) async fn initialize(&mut self) -> Value {
         self.initialize_with(json!({})).await
     }
 
-    pub async fn initialize_with(&mut self, capabilities: Value) -> Value {
+    pub(crate) async fn initialize_with(&mut self, capabilities: Value) -> Value {
         let r = self
             .post(
                 &json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
@@ -416,13 +416,13 @@ impl Client {
     }
 
     /// Sends a request and returns the whole reply.
-    pub async fn request(&self, id: Value, method: &str, params: Value) -> Reply {
+    pub(crate) async fn request(&self, id: Value, method: &str, params: Value) -> Reply {
         self.post(&json!({"jsonrpc":"2.0","id":id,"method":method,"params":params}))
             .await
     }
 
     /// Calls a tool and returns the response message.
-    pub async fn call_tool(&self, id: Value, name: &str, args: Value) -> Value {
+    pub(crate) async fn call_tool(&self, id: Value, name: &str, args: Value) -> Value {
         let r = self
             .request(
                 id.clone(),
@@ -436,7 +436,7 @@ impl Client {
     }
 
     /// Sends a notification.
-    pub async fn notify(&self, method: &str, params: Value) -> u16 {
+    pub(crate) async fn notify(&self, method: &str, params: Value) -> u16 {
         self.post(&json!({"jsonrpc":"2.0","method":method,"params":params}))
             .await
             .status
@@ -444,7 +444,7 @@ impl Client {
 }
 
 /// The value of one metric line (`name` includes any labels) from `/metrics`.
-pub async fn metric(g: &Gantry, name: &str) -> Option<f64> {
+pub(crate) async fn metric(g: &Gantry, name: &str) -> Option<f64> {
     let text = reqwest::get(format!("{}/metrics", g.base))
         .await
         .unwrap()
@@ -458,7 +458,7 @@ pub async fn metric(g: &Gantry, name: &str) -> Option<f64> {
 }
 
 /// Polls a metric (bounded, 10 s) until `ok` holds; false if it never did.
-pub async fn metric_until(g: &Gantry, name: &str, ok: impl Fn(f64) -> bool) -> bool {
+pub(crate) async fn metric_until(g: &Gantry, name: &str, ok: impl Fn(f64) -> bool) -> bool {
     let end = Instant::now() + Duration::from_secs(10);
     while Instant::now() < end {
         if metric(g, name).await.is_some_and(&ok) {
@@ -470,7 +470,7 @@ pub async fn metric_until(g: &Gantry, name: &str, ok: impl Fn(f64) -> bool) -> b
 }
 
 /// Answers server→client requests on a call's stream, then returns the call's response.
-pub async fn call_answering(
+pub(crate) async fn call_answering(
     c: &Client,
     id: Value,
     name: &str,
@@ -519,7 +519,7 @@ pub async fn call_answering(
 }
 
 /// The messages a test backend recorded (`MB_RECORD`), one JSON object per line.
-pub fn recorded(file: &std::path::Path) -> Vec<Value> {
+pub(crate) fn recorded(file: &std::path::Path) -> Vec<Value> {
     std::fs::read_to_string(file)
         .unwrap_or_default()
         .lines()
@@ -528,7 +528,7 @@ pub fn recorded(file: &std::path::Path) -> Vec<Value> {
 }
 
 /// The SHA-256 of an API key, as `[[auth.api_keys]] sha256` wants it.
-pub fn sha256_hex(key: &str) -> String {
+pub(crate) fn sha256_hex(key: &str) -> String {
     use sha2::Digest;
     sha2::Sha256::digest(key.as_bytes())
         .iter()
@@ -537,10 +537,10 @@ pub fn sha256_hex(key: &str) -> String {
 }
 
 /// A scratch directory removed on drop.
-pub struct Scratch(pub PathBuf);
+pub(crate) struct Scratch(pub PathBuf);
 
 impl Scratch {
-    pub fn new(tag: &str) -> Self {
+    pub(crate) fn new(tag: &str) -> Self {
         use std::sync::atomic::{AtomicU64, Ordering};
         static N: AtomicU64 = AtomicU64::new(0);
         let nanos = std::time::SystemTime::now()
@@ -556,7 +556,7 @@ impl Scratch {
         Self(p)
     }
 
-    pub fn file(&self, name: &str) -> PathBuf {
+    pub(crate) fn file(&self, name: &str) -> PathBuf {
         self.0.join(name)
     }
 }
@@ -568,16 +568,16 @@ impl Drop for Scratch {
 }
 
 /// The stateless-era protocol version.
-pub const STATELESS_VERSION: &str = "2026-07-28";
+pub(crate) const STATELESS_VERSION: &str = "2026-07-28";
 
 /// A stateless-era client: every request carries `_meta` and the headers.
-pub struct Stateless {
+pub(crate) struct Stateless {
     pub http: reqwest::Client,
     pub url: String,
     pub key: Option<String>,
 }
 
-pub fn stateless_meta(caps: Value) -> Value {
+pub(crate) fn stateless_meta(caps: Value) -> Value {
     json!({
         "io.modelcontextprotocol/protocolVersion": STATELESS_VERSION,
         "io.modelcontextprotocol/clientCapabilities": caps,
@@ -586,7 +586,7 @@ pub fn stateless_meta(caps: Value) -> Value {
 }
 
 impl Stateless {
-    pub fn new(g: &Gantry) -> Self {
+    pub(crate) fn new(g: &Gantry) -> Self {
         Self {
             http: reqwest::Client::builder()
                 .timeout(Duration::from_secs(30))
@@ -597,7 +597,7 @@ impl Stateless {
         }
     }
 
-    pub fn with_key(g: &Gantry, key: &str) -> Self {
+    pub(crate) fn with_key(g: &Gantry, key: &str) -> Self {
         Self {
             key: Some(key.into()),
             ..Self::new(g)
@@ -605,11 +605,11 @@ impl Stateless {
     }
 
     /// The request builder with the era's headers for `method` (and `name`).
-    pub fn builder(&self, method: &str, name: Option<&str>) -> reqwest::RequestBuilder {
+    pub(crate) fn builder(&self, method: &str, name: Option<&str>) -> reqwest::RequestBuilder {
         self.builder_for(STATELESS_VERSION, method, name)
     }
 
-    pub fn builder_for(
+    pub(crate) fn builder_for(
         &self,
         version: &str,
         method: &str,
@@ -631,12 +631,18 @@ impl Stateless {
         rb
     }
 
-    pub async fn send(&self, rb: reqwest::RequestBuilder, body: Value) -> Reply {
+    pub(crate) async fn send(&self, rb: reqwest::RequestBuilder, body: Value) -> Reply {
         Client::read(rb.body(body.to_string()).send().await.unwrap()).await
     }
 
     /// A conformant request: `params` gets `_meta` with `caps`.
-    pub async fn request(&self, id: Value, method: &str, mut params: Value, caps: Value) -> Reply {
+    pub(crate) async fn request(
+        &self,
+        id: Value,
+        method: &str,
+        mut params: Value,
+        caps: Value,
+    ) -> Reply {
         let name = params
             .get("name")
             .or_else(|| params.get("uri"))
@@ -658,7 +664,7 @@ impl Stateless {
         self.send(self.builder(method, name.as_deref()), body).await
     }
 
-    pub async fn call(&self, id: Value, name: &str, args: Value, caps: Value) -> Reply {
+    pub(crate) async fn call(&self, id: Value, name: &str, args: Value, caps: Value) -> Reply {
         self.request(
             id,
             "tools/call",
@@ -671,19 +677,19 @@ impl Stateless {
 
 /// A backend process serving Streamable HTTP, started with `--http 127.0.0.1:0`; its
 /// URL is read from the `listening on URL` line it prints to stderr. Killed on drop.
-pub struct HttpServer {
+pub(crate) struct HttpServer {
     pub child: Child,
     pub url: String,
 }
 
 impl HttpServer {
     /// Starts `program args… --http 127.0.0.1:0` with `env` added.
-    pub fn start(program: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> Self {
+    pub(crate) fn start(program: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> Self {
         Self::start_at(program, args, env, "127.0.0.1:0")
     }
 
     /// [`HttpServer::start`] on a given address.
-    pub fn start_at(
+    pub(crate) fn start_at(
         program: &std::path::Path,
         args: &[&str],
         env: &[(&str, &str)],
@@ -723,17 +729,17 @@ impl HttpServer {
     }
 
     /// The example server over HTTP, with extra arguments.
-    pub fn example(args: &[&str]) -> Self {
+    pub(crate) fn example(args: &[&str]) -> Self {
         Self::start(&example_bin(), args, &[])
     }
 
     /// The example server over HTTP, with extra environment (`MB_RECORD`, …).
-    pub fn example_with_env(env: &[(&str, &str)]) -> Self {
+    pub(crate) fn example_with_env(env: &[(&str, &str)]) -> Self {
         Self::start(&example_bin(), &[], env)
     }
 
     /// `tests/fixtures/NAME` run by python3 over HTTP.
-    pub fn python(name: &str, env: &[(&str, &str)]) -> Self {
+    pub(crate) fn python(name: &str, env: &[(&str, &str)]) -> Self {
         let script = fixture(name);
         Self::start(
             std::path::Path::new("python3"),
@@ -752,7 +758,7 @@ impl Drop for HttpServer {
 
 /// Asserts that `resp` (a JSON-RPC response message) is an error with `code` whose
 /// `data.backend` names `backend` (when given); returns the error object.
-pub fn assert_rpc_error<'a>(resp: &'a Value, code: i64, backend: Option<&str>) -> &'a Value {
+pub(crate) fn assert_rpc_error<'a>(resp: &'a Value, code: i64, backend: Option<&str>) -> &'a Value {
     let err = &resp["error"];
     assert_eq!(err["code"], code, "expected error {code}: {resp}");
     assert!(
@@ -769,7 +775,7 @@ pub fn assert_rpc_error<'a>(resp: &'a Value, code: i64, backend: Option<&str>) -
 }
 
 /// A loopback port that was free a moment ago.
-pub fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -778,7 +784,7 @@ pub fn free_port() -> u16 {
 }
 
 /// Polls `f` every 20 ms until it returns `Some`, for at most `within`.
-pub async fn poll_until<T>(within: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+pub(crate) async fn poll_until<T>(within: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
     let end = Instant::now() + within;
     loop {
         if let Some(v) = f() {
@@ -799,7 +805,7 @@ pub async fn poll_until<T>(within: Duration, mut f: impl FnMut() -> Option<T>) -
 const MAX_CHUNKS: usize = 100_000;
 
 /// An SSE body read incrementally, event by event, each read bounded by a deadline.
-pub struct SseReader {
+pub(crate) struct SseReader {
     body: std::pin::Pin<Box<dyn futures::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>,
     parser: gantry::sse::Parser,
     queue: std::collections::VecDeque<gantry::sse::Event>,
@@ -810,7 +816,7 @@ pub struct SseReader {
 
 /// What one bounded read found.
 #[derive(Debug)]
-pub enum Next {
+pub(crate) enum Next {
     Event(gantry::sse::Event),
     /// The server ended the body.
     End,
@@ -819,7 +825,7 @@ pub enum Next {
 }
 
 impl SseReader {
-    pub fn new(resp: reqwest::Response) -> Self {
+    pub(crate) fn new(resp: reqwest::Response) -> Self {
         Self {
             body: Box::pin(resp.bytes_stream()),
             parser: gantry::sse::Parser::new(16 << 20),
@@ -830,7 +836,7 @@ impl SseReader {
     }
 
     /// The next event (keep-alive comments are skipped by the parser).
-    pub async fn next(&mut self, deadline: tokio::time::Instant) -> Next {
+    pub(crate) async fn next(&mut self, deadline: tokio::time::Instant) -> Next {
         loop {
             if let Some(e) = self.queue.pop_front() {
                 return Next::Event(e);
@@ -857,7 +863,10 @@ impl SseReader {
     }
 
     /// The next event, which must come before `deadline`.
-    pub async fn expect_event(&mut self, deadline: tokio::time::Instant) -> gantry::sse::Event {
+    pub(crate) async fn expect_event(
+        &mut self,
+        deadline: tokio::time::Instant,
+    ) -> gantry::sse::Event {
         match self.next(deadline).await {
             Next::Event(e) => e,
             other => panic!(
@@ -868,7 +877,7 @@ impl SseReader {
     }
 
     /// Reads until a JSON-RPC message satisfying `pred` arrives (before `deadline`).
-    pub async fn message_where(
+    pub(crate) async fn message_where(
         &mut self,
         deadline: tokio::time::Instant,
         pred: impl Fn(&Value) -> bool,
@@ -886,13 +895,13 @@ impl SseReader {
     }
 }
 
-pub fn deadline(secs: u64) -> tokio::time::Instant {
+pub(crate) fn deadline(secs: u64) -> tokio::time::Instant {
     tokio::time::Instant::now() + std::time::Duration::from_secs(secs)
 }
 
 impl Client {
     /// Opens the session's GET stream (which must be accepted: 200).
-    pub async fn open_get(&self) -> reqwest::Response {
+    pub(crate) async fn open_get(&self) -> reqwest::Response {
         let r = self
             .http
             .get(&self.url)
