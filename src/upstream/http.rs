@@ -8,7 +8,9 @@
 //! A 404 on a request with a session id means the backend session expired: in-flight
 //! requests fail and the connection re-initializes.
 
-use super::core::{handshake, Backoff, Core, Outgoing, State};
+use super::core::{Core, Outgoing, State};
+use super::handshake::handshake;
+use super::supervise::Backoff;
 use crate::config::{HttpConfig, RestartConfig};
 use crate::jsonrpc::{Incoming, Notification};
 use crate::sse;

@@ -12,206 +12,117 @@
 //! in-flight requests at once with an error naming it, restarts with backoff and
 //! re-initializes.
 
+mod bridge;
+mod conn;
 mod core;
+mod error;
+mod handshake;
 mod http;
+mod listen;
+mod stats;
 mod stdio;
+mod supervise;
 
-pub use self::core::{Conn, InitInfo};
+pub use self::conn::Conn;
+pub use self::error::UpstreamError;
+pub use self::stats::{BackendStats, EraSupport};
+
+use self::core::{Core, State, OUTGOING_QUEUE};
+use self::listen::keep_listening;
+use crate::call::Sink;
+use crate::config::BackendConfig;
+use serde_json::value::RawValue;
+use std::collections::HashMap;
+
+pub use self::core::InitInfo;
+use std::sync::Arc;
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
 
 use crate::mcp::Era;
 
 use parking_lot::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Weak;
+use std::sync::atomic::AtomicU64;
 
-/// Counters of one configured backend, across all its connections (exported as
-/// Prometheus metrics).
-#[derive(Default)]
-pub struct BackendStats {
-    /// Backend messages attributable to no single client, dropped.
-    pub unattributed: AtomicU64,
-    /// Times a connection was restarted after its process exited or its session broke.
-    pub restarts: AtomicU64,
-    /// Live connections (counted from start until the connection is dropped).
-    live: std::sync::atomic::AtomicUsize,
-    conns: Mutex<Vec<Weak<core::Core>>>,
-    /// Which eras the backend was found to speak (`era = "auto"`), so that later
-    /// connections go straight to the right handshake.
-    pub eras: EraSupport,
-}
-
-/// What Gantry has learnt about the eras one backend speaks: for each, unknown,
-/// yes or no. Learnt by the handshakes of its connections.
-#[derive(Default, Debug)]
-pub struct EraSupport([std::sync::atomic::AtomicU8; 2]);
-
-impl EraSupport {
-    const YES: u8 = 1;
-    const NO: u8 = 2;
-
-    /// Whether the backend speaks `era` (`None`: not known yet).
-    pub fn get(&self, era: Era) -> Option<bool> {
-        match self.0.get(era.index())?.load(Ordering::Relaxed) {
-            Self::YES => Some(true),
-            Self::NO => Some(false),
-            _ => None,
-        }
-    }
-
-    /// Records what a handshake found out.
-    pub fn set(&self, era: Era, speaks: bool) {
-        if let Some(a) = self.0.get(era.index()) {
-            a.store(if speaks { Self::YES } else { Self::NO }, Ordering::Relaxed);
-        }
-    }
-
-    /// The era a caller of `era` is served in: its own unless the backend is known
-    /// not to speak it (then the other, with translation).
-    pub fn serving(&self, era: Era) -> Era {
-        if self.get(era) == Some(false) && self.get(era.other()) != Some(false) {
-            era.other()
-        } else {
-            era
-        }
-    }
-}
-
-impl BackendStats {
-    fn track(&self, c: &std::sync::Arc<core::Core>) {
-        let mut v = self.conns.lock();
-        v.retain(|w| w.strong_count() > 0);
-        v.push(std::sync::Arc::downgrade(c));
-    }
-
-    /// Reserves a connection under `max` (0 = no limit); false when the cap is reached.
-    /// The reservation is released when the connection's core is dropped.
-    pub fn try_reserve(&self, max: usize) -> bool {
-        use std::sync::atomic::Ordering::AcqRel;
-        let mut cur = self.live.load(Ordering::Acquire);
-        loop {
-            if max > 0 && cur >= max {
-                return false;
+/// Where a connection's transport is chosen: the only place that knows both.
+impl Conn {
+    /// Starts a connection to `cfg`'s backend for callers of era `want` (spoken if
+    /// the backend speaks it). The caller must have reserved it with
+    /// [`BackendStats::try_reserve`]; the reservation ends when it is
+    /// dropped. A session-era handshake sends `init_params` (again after every
+    /// restart); traffic no call can claim goes to `owner`.
+    pub fn start(
+        cfg: &BackendConfig,
+        want: Era,
+        init_params: Box<RawValue>,
+        owner: Option<Sink>,
+        stats: Arc<BackendStats>,
+    ) -> Arc<Self> {
+        let (out_tx, out_rx) = mpsc::channel(OUTGOING_QUEUE);
+        let (state, _) = watch::channel(State::Starting);
+        let core = Arc::new(Core {
+            name: cfg.name.clone(),
+            next_id: AtomicU64::new(1),
+            pending: Mutex::new(HashMap::new()),
+            asks: Mutex::new(HashMap::new()),
+            out: out_tx,
+            state,
+            live_gen: AtomicU64::new(0),
+            owner: Mutex::new(owner),
+            slots: (cfg.pool.max_in_flight > 0).then(|| {
+                (
+                    tokio::sync::Semaphore::new(cfg.pool.max_in_flight),
+                    cfg.pool.max_in_flight,
+                )
+            }),
+            queue: cfg.pool.queue,
+            waiting: std::sync::atomic::AtomicUsize::new(0),
+            started: tokio::time::Instant::now(),
+            init_params,
+            era: cfg.era,
+            want,
+            request_timeout: cfg.request_timeout,
+            init_timeout: cfg.init_timeout,
+            max_message_bytes: cfg.max_message_bytes,
+            stats,
+            stdin: tokio::sync::Mutex::new(None),
+            direct: cfg.stdio.is_some(),
+            listen_uris: Mutex::new(std::collections::BTreeSet::new()),
+            listen_changed: tokio::sync::Notify::new(),
+            listen_version: AtomicU64::new(0),
+            listen_acked: watch::channel(0).0,
+            tool_headers: Mutex::new(None),
+            probing: Mutex::new(None),
+        });
+        core.stats.track(&core);
+        let shutdown = CancellationToken::new();
+        let task = match (&cfg.stdio, &cfg.http) {
+            (Some(s), _) => tokio::spawn(stdio::supervise(
+                core.clone(),
+                s.clone(),
+                cfg.restart.clone(),
+                out_rx,
+                shutdown.clone(),
+            )),
+            (None, Some(h)) => tokio::spawn(http::supervise(
+                core.clone(),
+                h.clone(),
+                cfg.restart.clone(),
+                out_rx,
+                shutdown.clone(),
+            )),
+            (None, None) => {
+                let _ = core.state.send_replace(State::Failed {
+                    reason: "no transport configured".into(),
+                });
+                tokio::spawn(async {})
             }
-            match self
-                .live
-                .compare_exchange(cur, cur + 1, AcqRel, Ordering::Acquire)
-            {
-                Ok(_) => return true,
-                Err(now) => cur = now,
-            }
-        }
-    }
-
-    pub(crate) fn release(&self) {
-        self.live.fetch_sub(1, Ordering::AcqRel);
-    }
-
-    /// (live connections, requests waiting for the backend) right now.
-    pub fn load(&self) -> (usize, usize) {
-        let mut v = self.conns.lock();
-        v.retain(|w| w.strong_count() > 0);
-        let live: Vec<_> = v
-            .iter()
-            .filter_map(Weak::upgrade)
-            .filter(|c| !c.is_closed())
-            .collect();
-        (live.len(), live.iter().map(|c| c.pending_len()).sum())
-    }
-
-    /// A counter's value.
-    pub fn get(counter: &AtomicU64) -> u64 {
-        counter.load(Ordering::Relaxed)
-    }
-}
-
-use crate::jsonrpc::{code, RpcError};
-use std::time::Duration;
-
-/// Why a request to a backend failed. The JSON-RPC error the client sees is made in
-/// [`UpstreamError::to_rpc`].
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum UpstreamError {
-    /// The backend could not be started or reached, or has not finished initializing.
-    #[error("backend `{backend}` is unavailable: {reason}")]
-    Unavailable {
-        /// Backend name.
-        backend: String,
-        /// What went wrong.
-        reason: String,
-    },
-    /// The backend exited or its connection broke while the request was in flight.
-    #[error("backend `{backend}` failed while handling the request: {reason}")]
-    Crashed {
-        /// Backend name.
-        backend: String,
-        /// Exit status or transport error.
-        reason: String,
-    },
-    /// No answer within the configured timeout; the request was cancelled upstream.
-    #[error("backend `{backend}` did not answer within {}", humantime::format_duration(*after))]
-    Timeout {
-        /// Backend name.
-        backend: String,
-        /// The timeout that expired.
-        after: Duration,
-    },
-    /// The client cancelled the request (or its session ended).
-    #[error("request cancelled")]
-    Cancelled,
-    /// The connection's in-flight limit and queue are both full.
-    #[error("backend `{backend}` is busy: {in_flight} requests in flight and the queue is full")]
-    Busy {
-        /// Backend name.
-        backend: String,
-        /// The in-flight limit.
-        in_flight: usize,
-    },
-    /// The backend's connection limit is reached.
-    #[error("backend `{backend}` has reached its connection limit ({max})")]
-    AtCapacity {
-        /// Backend name.
-        backend: String,
-        /// `pool.max_connections`.
-        max: usize,
-    },
-    /// The backend answered with something that is not acceptable.
-    #[error("backend `{backend}` sent an invalid reply: {reason}")]
-    Protocol {
-        /// Backend name.
-        backend: String,
-        /// What was wrong.
-        reason: String,
-    },
-    /// The connection has been shut down.
-    #[error("backend `{backend}` connection is closed")]
-    Closed {
-        /// Backend name.
-        backend: String,
-    },
-}
-
-impl UpstreamError {
-    /// The JSON-RPC error a client gets for this failure.
-    pub fn to_rpc(&self) -> RpcError {
-        let backend = match self {
-            Self::Unavailable { backend, .. }
-            | Self::Crashed { backend, .. }
-            | Self::Timeout { backend, .. }
-            | Self::Protocol { backend, .. }
-            | Self::Busy { backend, .. }
-            | Self::AtCapacity { backend, .. }
-            | Self::Closed { backend } => Some(backend.clone()),
-            Self::Cancelled => None,
         };
-        let code = match self {
-            Self::Timeout { .. } => code::REQUEST_TIMEOUT,
-            Self::Cancelled => code::REQUEST_TIMEOUT,
-            _ => code::BACKEND_ERROR,
-        };
-        let err = RpcError::new(code, self.to_string());
-        match backend {
-            Some(b) => err.with_data(serde_json::json!({ "backend": b })),
-            None => err,
-        }
+        tokio::spawn(keep_listening(core.clone(), shutdown.clone()));
+        Arc::new(Self {
+            core,
+            shutdown,
+            task: Mutex::new(Some(task)),
+        })
     }
 }

@@ -7,14 +7,16 @@
 //! log under the backend's name. On exit, in-flight requests fail at once and the
 //! child is restarted with exponential backoff and re-initialized.
 
-use super::core::{handshake, Backoff, Core, Outgoing, State, StdinSlot};
+use super::core::{Core, Outgoing, State, StdinSlot};
+use super::handshake::handshake;
+use super::supervise::Backoff;
 use crate::config::{RestartConfig, StdioConfig};
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -226,23 +228,6 @@ async fn run_once(
     // The group may still hold grandchildren; the guard's drop kills them.
     drop(guard);
     reason
-}
-
-pub(crate) async fn write_line(w: &mut ChildStdin, line: &str) -> std::io::Result<()> {
-    // JSON never holds a raw newline except as whitespace between tokens, so blanking
-    // them keeps the message valid and on one line, as stdio framing requires.
-    let mut buf = Vec::with_capacity(line.len() + 1);
-    if line.contains(['\n', '\r']) {
-        buf.extend(
-            line.bytes()
-                .map(|b| if b == b'\n' || b == b'\r' { b' ' } else { b }),
-        );
-    } else {
-        buf.extend_from_slice(line.as_bytes());
-    }
-    buf.push(b'\n');
-    w.write_all(&buf).await?;
-    w.flush().await
 }
 
 async fn stop_gracefully(child: &mut Child, guard: &GroupGuard, stdin: Option<ChildStdin>) {

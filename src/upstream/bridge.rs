@@ -1,0 +1,303 @@
+//! The bridge between eras on one connection: params shaped for the backend's era,
+//! results shaped for the caller's, and a stateless-era backend's `input_required`
+//! rounds answered through a session-era client's server→client requests.
+
+use super::core::{parse_object, Core};
+use super::error::UpstreamError;
+use super::handshake::own_meta;
+use super::listen::LISTEN_ACK_WAIT;
+use crate::call::CallCtx;
+use crate::jsonrpc::{code, empty_object, to_raw, RequestId, Response, RpcError};
+use crate::mcp::{Era, META_PREFIX, STATELESS_VERSION};
+use serde_json::value::RawValue;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+
+/// Rounds of `input_required` Gantry answers for a session-era client, per call.
+const MAX_INPUT_ROUNDS: usize = 16;
+
+/// Params for a session-era backend: nothing of the stateless era (its `_meta` keys,
+/// `inputResponses`, `requestState`). Params without them pass through untouched.
+pub(super) fn for_session_era(params: Option<Box<RawValue>>) -> Option<Box<RawValue>> {
+    let raw = params?;
+    let text = raw.get();
+    if !(text.contains(META_PREFIX)
+        || text.contains("\"inputResponses\"")
+        || text.contains("\"requestState\""))
+    {
+        return Some(raw);
+    }
+    let Some(mut p) = parse_object(Some(&raw)) else {
+        return Some(raw);
+    };
+    p.remove("inputResponses");
+    p.remove("requestState");
+    if let Some(serde_json::Value::Object(meta)) = p.get_mut("_meta") {
+        meta.retain(|k, _| !k.starts_with(META_PREFIX));
+        if meta.is_empty() {
+            p.remove("_meta");
+        }
+    }
+    Some(to_raw(&p))
+}
+
+/// Params for a stateless-era backend: `_meta` says which version, and what the
+/// client can do and wants to hear.
+pub(super) fn for_stateless_era(
+    params: Option<Box<RawValue>>,
+    client: &crate::call::ClientView,
+) -> serde_json::Map<String, serde_json::Value> {
+    let mut p = parse_object(params.as_deref()).unwrap_or_default();
+    let meta = p.entry("_meta").or_insert_with(|| serde_json::json!({}));
+    if let Some(m) = meta.as_object_mut() {
+        m.insert(
+            crate::mcp::META_PROTOCOL_VERSION.into(),
+            serde_json::json!(STATELESS_VERSION),
+        );
+        m.insert(
+            crate::mcp::META_CLIENT_CAPABILITIES.into(),
+            client
+                .capabilities
+                .as_deref()
+                .cloned()
+                .unwrap_or_else(|| serde_json::json!({})),
+        );
+        match client.log_level {
+            Some(l) => {
+                m.insert(crate::mcp::META_LOG_LEVEL.into(), serde_json::json!(l));
+            }
+            None => {
+                m.remove(crate::mcp::META_LOG_LEVEL);
+            }
+        }
+    }
+    p
+}
+
+/// A stateless-era result as a session-era client expects it: without what only
+/// the stateless era has (`resultType`, `ttlMs`, `cacheScope`, the era's `_meta`
+/// keys such as `serverInfo`), which a direct connection would not have shown it.
+pub(super) fn for_session_client(mut resp: Response) -> Response {
+    let Ok(result) = &resp.outcome else {
+        return resp;
+    };
+    if !crate::mcp::may_hold_stateless_fields(result.get()) {
+        return resp;
+    }
+    if let Some(mut r) = parse_object(Some(result)) {
+        if crate::mcp::strip_stateless_result(&mut r) {
+            resp.outcome = Ok(to_raw(&r));
+        }
+    }
+    resp
+}
+
+/// One round of input a stateless-era backend asks for.
+struct InputRound {
+    /// (key, method, params) of each input request.
+    requests: Vec<(String, String, Option<Box<RawValue>>)>,
+    state: Option<serde_json::Value>,
+}
+
+/// The input requests of an `input_required` result, if `resp` is one.
+fn input_round(resp: &Response) -> Option<InputRound> {
+    let result = resp.outcome.as_ref().ok()?;
+    if !result.get().contains("input_required") {
+        return None;
+    }
+    let r = parse_object(Some(result))?;
+    if r.get("resultType")?.as_str()? != "input_required" {
+        return None;
+    }
+    let requests = r
+        .get("inputRequests")
+        .and_then(serde_json::Value::as_object)
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| {
+                    let method = v.get("method")?.as_str()?.to_owned();
+                    Some((k.clone(), method, v.get("params").map(to_raw)))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    Some(InputRound {
+        requests,
+        state: r.get("requestState").cloned(),
+    })
+}
+
+/// A call to a stateless-era backend. A stateless-era client gets its answer as
+/// is; for a session-era client, each round of `input_required` becomes
+/// server→client requests to the client, whose answers go back to the backend
+/// in a retry (`inputResponses`, the backend's `requestState` echoed).
+pub(super) async fn call_stateless(
+    core: &Arc<Core>,
+    gen: u64,
+    method: &str,
+    params: Option<Box<RawValue>>,
+    ctx: &CallCtx,
+    deadline: tokio::time::Instant,
+) -> Result<Response, UpstreamError> {
+    let done = || Ok(Response::ok(RequestId::from_u64(0), empty_object()));
+    match method {
+        // Gone in the stateless era: the level travels with each request, and
+        // liveness is the connection's business.
+        "ping" | "logging/setLevel" => return done(),
+        "resources/subscribe" | "resources/unsubscribe" => {
+            let Some(uri) = crate::jsonrpc::string_field(params.as_deref(), "uri") else {
+                let e = RpcError::new(code::INVALID_PARAMS, "params.uri (a string) is required");
+                return Ok(Response::err(None, &e));
+            };
+            let changed = {
+                let mut uris = core.listen_uris.lock();
+                let changed = if method == "resources/subscribe" {
+                    uris.insert(uri)
+                } else {
+                    uris.remove(&uri)
+                };
+                changed.then(|| core.listen_version.fetch_add(1, Ordering::AcqRel) + 1)
+            };
+            if let Some(version) = changed {
+                core.listen_changed.notify_one();
+                if method == "resources/subscribe" {
+                    // Answered once the backend's listen stream carries the URI, so
+                    // an update the client causes right after is not missed.
+                    let mut acked = core.listen_acked.subscribe();
+                    let wait = acked.wait_for(|a| *a >= version);
+                    if tokio::time::timeout(LISTEN_ACK_WAIT, wait).await.is_err() {
+                        tracing::debug!(backend = %core.name, "the backend did not acknowledge the subscription in time");
+                    }
+                }
+            }
+            return done();
+        }
+        _ => {}
+    }
+    let base = for_stateless_era(params, &ctx.client);
+    let headers = if method == "tools/call" && !core.direct {
+        param_headers(core, gen, &base).await
+    } else {
+        Vec::new()
+    };
+    let mut params = Some(to_raw(&base));
+    for _ in 0..MAX_INPUT_ROUNDS {
+        let resp = core
+            .request_with(
+                gen,
+                method,
+                params.take(),
+                Some(ctx.sink.clone()),
+                &ctx.cancel,
+                deadline.saturating_duration_since(tokio::time::Instant::now()),
+                headers.clone(),
+            )
+            .await?;
+        if ctx.client.era == Era::Stateless {
+            return Ok(resp);
+        }
+        let Some(round) = input_round(&resp) else {
+            return Ok(for_session_client(resp));
+        };
+        let mut answers = serde_json::Map::new();
+        for (key, method, request_params) in round.requests {
+            match ctx.sink.ask(method.clone(), request_params).await {
+                Ok(answer) => {
+                    let v = serde_json::from_str(answer.get()).unwrap_or(serde_json::Value::Null);
+                    answers.insert(key, v);
+                }
+                Err(e) => {
+                    let why: serde_json::Value =
+                        serde_json::from_str(e.get()).unwrap_or(serde_json::Value::Null);
+                    let err = RpcError::new(
+                        code::INVALID_REQUEST,
+                        format!(
+                            "the backend `{}` needs input the client could not give ({method})",
+                            core.name
+                        ),
+                    )
+                    .with_data(serde_json::json!({ "reason": why }));
+                    return Ok(Response::err(resp.id, &err));
+                }
+            }
+        }
+        let mut next = base.clone();
+        next.insert("inputResponses".into(), serde_json::Value::Object(answers));
+        if let Some(state) = round.state {
+            next.insert("requestState".into(), state);
+        }
+        params = Some(to_raw(&next));
+    }
+    Err(UpstreamError::Protocol {
+        backend: core.name.clone(),
+        reason: format!("still asking for input after {MAX_INPUT_ROUNDS} rounds"),
+    })
+}
+
+/// The `Mcp-Param-*` headers of a `tools/call` to a stateless-era HTTP backend,
+/// from the tool's `x-mcp-header` declarations (listed from the backend once,
+/// and again after it announces a change).
+async fn param_headers(
+    core: &Arc<Core>,
+    gen: u64,
+    params: &serde_json::Map<String, serde_json::Value>,
+) -> Vec<(String, String)> {
+    let Some(name) = params.get("name").and_then(serde_json::Value::as_str) else {
+        return Vec::new();
+    };
+    let known = core.tool_headers.lock().clone();
+    let declared = match known {
+        Some(d) => d,
+        None => {
+            let d = Arc::new(list_tool_headers(core, gen).await);
+            *core.tool_headers.lock() = Some(d.clone());
+            d
+        }
+    };
+    let Some(mirrored) = declared.get(name) else {
+        return Vec::new();
+    };
+    let arguments = params
+        .get("arguments")
+        .cloned()
+        .unwrap_or(serde_json::Value::Null);
+    crate::mcp::param::headers_for(mirrored, &arguments)
+}
+
+async fn list_tool_headers(core: &Arc<Core>, gen: u64) -> crate::mcp::param::ToolHeaders {
+    let mut all = crate::mcp::param::ToolHeaders::new();
+    let never = CancellationToken::new();
+    let mut cursor: Option<serde_json::Value> = None;
+    for _ in 0..100 {
+        let mut params = serde_json::json!({ "_meta": own_meta(core) });
+        if let (Some(c), Some(p)) = (cursor.take(), params.as_object_mut()) {
+            p.insert("cursor".into(), c);
+        }
+        let resp = core
+            .request(
+                gen,
+                "tools/list",
+                Some(to_raw(&params)),
+                None,
+                &never,
+                core.request_timeout,
+            )
+            .await;
+        let Some(page) = resp
+            .ok()
+            .and_then(|r| r.outcome.ok())
+            .and_then(|r| parse_object(Some(&r)))
+        else {
+            break;
+        };
+        if let Some(tools) = page.get("tools").and_then(serde_json::Value::as_array) {
+            crate::mcp::param::of_tools(tools, &mut all);
+        }
+        match page.get("nextCursor") {
+            Some(c) if !c.is_null() => cursor = Some(c.clone()),
+            _ => break,
+        }
+    }
+    all
+}

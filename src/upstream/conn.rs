@@ -1,0 +1,154 @@
+//! [`Conn`]: one MCP client session with one backend, as the router uses it: start,
+//! wait until ready, call (through the in-flight limit), notify, shut down.
+
+use super::bridge::for_session_era;
+use super::core::{Core, InitInfo, State};
+use super::error::UpstreamError;
+use crate::call::{CallCtx, Sink};
+use crate::jsonrpc::{Notification, Response};
+use crate::mcp::Era;
+use parking_lot::Mutex;
+use serde_json::value::RawValue;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+
+/// One MCP client session with one backend, over stdio or Streamable HTTP.
+pub struct Conn {
+    pub(crate) core: Arc<Core>,
+    pub(super) shutdown: CancellationToken,
+    pub(super) task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl Conn {
+    /// The backend's name.
+    pub fn name(&self) -> &str {
+        &self.core.name
+    }
+
+    /// The era of the callers this connection was started for.
+    pub fn want(&self) -> Era {
+        self.core.want
+    }
+
+    /// Waits until the backend is initialized and returns what it said about itself.
+    pub async fn ready(&self, cancel: &CancellationToken) -> Result<Arc<InitInfo>, UpstreamError> {
+        self.core.wait_ready(cancel).await.map(|(_, i)| i)
+    }
+
+    /// The backend's initialize result, if it is ready now.
+    pub fn info(&self) -> Option<Arc<InitInfo>> {
+        match &*self.core.state.borrow() {
+            State::Ready { info, .. } => Some(info.clone()),
+            _ => None,
+        }
+    }
+
+    /// Forwards one client request and waits for the backend's response. The id and
+    /// progress token are rewritten; the response comes back with the upstream id,
+    /// and the caller restores the client's. Params are shaped for the backend's era;
+    /// a stateless-era backend's `input_required` is answered for a session-era
+    /// client through its server→client requests (see [`Conn::call_stateless`]).
+    pub async fn call(
+        &self,
+        method: &str,
+        params: Option<Box<RawValue>>,
+        ctx: &CallCtx,
+    ) -> Result<Response, UpstreamError> {
+        // Time spent queued for an in-flight slot counts against the request timeout.
+        let deadline = tokio::time::Instant::now() + self.core.request_timeout;
+        let _permit = self.in_flight_permit(ctx, deadline).await?;
+        let (gen, info) = self.core.wait_ready(&ctx.cancel).await?;
+        if info.is_stateless() {
+            return super::bridge::call_stateless(&self.core, gen, method, params, ctx, deadline)
+                .await;
+        }
+        self.core
+            .request(
+                gen,
+                method,
+                for_session_era(params),
+                Some(ctx.sink.clone()),
+                &ctx.cancel,
+                deadline.saturating_duration_since(tokio::time::Instant::now()),
+            )
+            .await
+    }
+
+    /// Waits for an in-flight slot when the connection has a limit: immediately
+    /// refused when the queue is full; waiting counts against the request timeout.
+    async fn in_flight_permit(
+        &self,
+        ctx: &CallCtx,
+        deadline: tokio::time::Instant,
+    ) -> Result<Option<tokio::sync::SemaphorePermit<'_>>, UpstreamError> {
+        let Some((sem, limit)) = &self.core.slots else {
+            return Ok(None);
+        };
+        if let Ok(p) = sem.try_acquire() {
+            return Ok(Some(p));
+        }
+        let busy = || UpstreamError::Busy {
+            backend: self.core.name.clone(),
+            in_flight: *limit,
+        };
+        if self.core.waiting.fetch_add(1, Ordering::AcqRel) >= self.core.queue {
+            self.core.waiting.fetch_sub(1, Ordering::AcqRel);
+            return Err(busy());
+        }
+        let r = tokio::select! {
+            p = sem.acquire() => p.map(Some).map_err(|_| UpstreamError::Closed { backend: self.core.name.clone() }),
+            _ = tokio::time::sleep_until(deadline) => Err(UpstreamError::Timeout {
+                backend: self.core.name.clone(),
+                after: self.core.request_timeout,
+            }),
+            _ = ctx.cancel.cancelled() => Err(UpstreamError::Cancelled),
+        };
+        self.core.waiting.fetch_sub(1, Ordering::AcqRel);
+        r
+    }
+
+    /// Hands unattributable traffic to a new owner (a warm connection adopted by a
+    /// session).
+    pub fn set_owner(&self, owner: Sink) {
+        *self.core.owner.lock() = Some(owner);
+    }
+
+    /// How long ago the connection was started.
+    pub fn age(&self) -> std::time::Duration {
+        self.core.started.elapsed()
+    }
+
+    /// Forwards a notification (e.g. `notifications/roots/list_changed`). The
+    /// stateless era has no client notifications for a backend to receive.
+    pub fn notify(&self, n: &Notification) {
+        if let State::Ready { gen, info } = &*self.core.state.borrow() {
+            if !info.is_stateless() {
+                self.core.send_line(*gen, n.to_json());
+            }
+        }
+    }
+
+    /// Number of requests in flight on this connection.
+    pub fn pending(&self) -> usize {
+        self.core.pending_len()
+    }
+
+    /// Stops the connection: fails in-flight requests, ends the backend session and,
+    /// for stdio, terminates the process group. Waits until that is done.
+    pub async fn shutdown(&self) {
+        self.shutdown.cancel();
+        let task = self.task.lock().take();
+        if let Some(t) = task {
+            let _ = t.await;
+        }
+        self.core.fail_pending(None, "connection shut down");
+        let _ = self.core.state.send_replace(State::Closed);
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
