@@ -10,7 +10,7 @@
 
 use super::core::{Core, Outgoing, State};
 use super::handshake::handshake;
-use super::supervise::Backoff;
+use super::supervise::Transport;
 use crate::config::{HttpConfig, RestartConfig};
 use crate::jsonrpc::{Incoming, Notification};
 use crate::sse;
@@ -19,15 +19,12 @@ use parking_lot::RwLock;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 /// Attempts to resume one POST stream with `Last-Event-ID` before giving up.
 const MAX_RESUMES: u32 = 5;
 /// Reconnect delay when the server gave no `retry`.
 const DEFAULT_RETRY: Duration = Duration::from_secs(1);
-/// A run that lasted this long resets the restart backoff.
-const STABLE_RUN: Duration = Duration::from_secs(30);
 
 /// One backend HTTP session (one incarnation).
 struct Session {
@@ -388,11 +385,11 @@ async fn read_bounded(resp: reqwest::Response, max: usize) -> Result<Vec<u8>, St
 }
 
 /// Runs one HTTP backend connection until `shutdown`: initialize, relay, re-initialize.
-pub(crate) async fn supervise(
+pub(super) async fn supervise(
     core: Arc<Core>,
     cfg: HttpConfig,
     restart: RestartConfig,
-    mut out_rx: mpsc::Receiver<Outgoing>,
+    out_rx: mpsc::Receiver<Outgoing>,
     shutdown: CancellationToken,
 ) {
     let url = match reqwest::Url::parse(&cfg.url) {
@@ -426,14 +423,32 @@ pub(crate) async fn supervise(
             return;
         }
     };
-    let mut backoff = Backoff::new(&restart);
-    let mut gen = 0u64;
-    loop {
-        gen += 1;
-        let _ = core.state.send_replace(State::Starting);
-        core.live_gen
-            .store(gen, std::sync::atomic::Ordering::Release);
-        let started = Instant::now();
+    let transport = Http {
+        client,
+        url,
+        headers,
+    };
+    super::supervise::supervise(core, transport, restart, out_rx, shutdown).await;
+}
+
+/// The Streamable HTTP transport: each incarnation is one backend session.
+struct Http {
+    client: reqwest::Client,
+    url: reqwest::Url,
+    headers: reqwest::header::HeaderMap,
+}
+
+impl Transport for Http {
+    const RESTARTING: &'static str = "backend connection lost; reconnecting";
+
+    async fn run(
+        &mut self,
+        core: &Arc<Core>,
+        gen: u64,
+        out_rx: &mut mpsc::Receiver<Outgoing>,
+        shutdown: &CancellationToken,
+    ) -> Option<String> {
+        let (client, url, headers) = (&self.client, &self.url, &self.headers);
         let session = Arc::new(Session {
             core: core.clone(),
             gen,
@@ -527,29 +542,10 @@ pub(crate) async fn supervise(
             }
         };
         init.abort();
-        core.live_gen.store(0, std::sync::atomic::Ordering::Release);
         session.expired.cancel();
         if let Some(l) = listener {
             l.abort();
         }
-        let Some(reason) = reason else { break };
-        let _ = core.state.send_replace(State::Failed {
-            reason: reason.clone(),
-        });
-        core.fail_pending(Some(gen), &reason);
-        core.stats
-            .restarts
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        tracing::warn!(backend = %core.name, %reason, "backend connection lost; reconnecting");
-        if started.elapsed() >= STABLE_RUN {
-            backoff.reset();
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(backoff.step()) => {}
-            _ = shutdown.cancelled() => break,
-        }
-        while out_rx.try_recv().is_ok() {}
+        reason
     }
-    let _ = core.state.send_replace(State::Closed);
-    core.fail_pending(None, "backend shut down");
 }

@@ -9,7 +9,7 @@
 
 use super::core::{Core, Outgoing, State, StdinSlot};
 use super::handshake::handshake;
-use super::supervise::Backoff;
+use super::supervise::Transport;
 use crate::config::{RestartConfig, StdioConfig};
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
@@ -19,13 +19,10 @@ use std::time::Duration;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::mpsc;
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 /// How long a child gets to exit after its stdin closes, and again after SIGTERM.
 const EXIT_GRACE: Duration = Duration::from_secs(2);
-/// A run that lasted this long resets the restart backoff.
-const STABLE_RUN: Duration = Duration::from_secs(30);
 /// Longest stderr line logged (the rest is cut).
 const MAX_STDERR_LINE: usize = 8 * 1024;
 
@@ -69,63 +66,32 @@ fn spawn(cfg: &StdioConfig) -> std::io::Result<Child> {
 }
 
 /// Runs one stdio backend until `shutdown`: spawn, initialize, relay, restart.
-pub(crate) async fn supervise(
+pub(super) async fn supervise(
     core: Arc<Core>,
     cfg: StdioConfig,
     restart: RestartConfig,
-    mut out_rx: mpsc::Receiver<Outgoing>,
+    out_rx: mpsc::Receiver<Outgoing>,
     shutdown: CancellationToken,
 ) {
-    let mut backoff = Backoff::new(&restart);
-    let mut gen = 0u64;
-    loop {
-        if shutdown.is_cancelled() {
-            break;
-        }
-        gen += 1;
-        let _ = core.state.send_replace(State::Starting);
-        core.live_gen
-            .store(gen, std::sync::atomic::Ordering::Release);
-        let started = Instant::now();
-        let outcome = run_once(&core, &cfg, gen, &mut out_rx, &shutdown).await;
-        core.live_gen.store(0, std::sync::atomic::Ordering::Release);
-        let died_of_probe = if shutdown.is_cancelled() {
-            None
-        } else {
-            core.take_probe_death()
-        };
-        if let Some(era) = died_of_probe {
-            // It died of a handshake of the era it lacks. Not a failure: the next
-            // incarnation gets the other (so do the backend's later connections).
-            tracing::info!(backend = %core.name, %era, "backend exited on the handshake of an era it does not speak; starting it again");
-            core.fail_pending(Some(gen), &outcome);
-            while out_rx.try_recv().is_ok() {}
-            continue;
-        }
-        let _ = core.state.send_replace(State::Failed {
-            reason: outcome.clone(),
-        });
-        core.fail_pending(Some(gen), &outcome);
-        if shutdown.is_cancelled() {
-            break;
-        }
-        core.stats
-            .restarts
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        tracing::warn!(backend = %core.name, reason = %outcome, "backend stopped; restarting");
-        if started.elapsed() >= STABLE_RUN {
-            backoff.reset();
-        }
-        let delay = backoff.step();
-        tokio::select! {
-            _ = tokio::time::sleep(delay) => {}
-            _ = shutdown.cancelled() => break,
-        }
-        // Messages queued for the dead incarnation are stale.
-        while out_rx.try_recv().is_ok() {}
+    super::supervise::supervise(core, ChildProcess(cfg), restart, out_rx, shutdown).await;
+}
+
+/// The stdio transport: each incarnation is a child process.
+struct ChildProcess(StdioConfig);
+
+impl Transport for ChildProcess {
+    const RESTARTING: &'static str = "backend stopped; restarting";
+
+    async fn run(
+        &mut self,
+        core: &Arc<Core>,
+        gen: u64,
+        out_rx: &mut mpsc::Receiver<Outgoing>,
+        shutdown: &CancellationToken,
+    ) -> Option<String> {
+        let reason = run_once(core, &self.0, gen, out_rx, shutdown).await;
+        (!shutdown.is_cancelled()).then_some(reason)
     }
-    let _ = core.state.send_replace(State::Closed);
-    core.fail_pending(None, "backend shut down");
 }
 
 /// One incarnation of the child. Returns why it ended.

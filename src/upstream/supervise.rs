@@ -1,9 +1,86 @@
-//! Restarting a backend connection: the backoff between incarnations.
+//! Restarting a backend connection, the same way for every transport: one
+//! incarnation after another, each tagged with a generation so nothing meant for
+//! a dead one reaches its successor; in-flight requests fail when an incarnation
+//! ends; exponential backoff between them, reset by a run that lasted.
 
+use super::core::{Core, Outgoing, State};
+use crate::config::RestartConfig;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// A run that lasted this long resets the restart backoff.
+const STABLE_RUN: Duration = Duration::from_secs(30);
+
+/// One kind of transport: how one incarnation of a connection runs.
+pub(super) trait Transport {
+    /// What the log says when an incarnation ended and another follows.
+    const RESTARTING: &'static str;
+
+    /// Runs incarnation `gen` (its handshake included) until it ends: `Some(why)`
+    /// when it broke, `None` when it was shut down.
+    async fn run(
+        &mut self,
+        core: &Arc<Core>,
+        gen: u64,
+        out_rx: &mut mpsc::Receiver<Outgoing>,
+        shutdown: &CancellationToken,
+    ) -> Option<String>;
+}
+
+/// Runs a connection until `shutdown`: incarnation after incarnation.
+pub(super) async fn supervise<T: Transport>(
+    core: Arc<Core>,
+    mut transport: T,
+    restart: RestartConfig,
+    mut out_rx: mpsc::Receiver<Outgoing>,
+    shutdown: CancellationToken,
+) {
+    let mut backoff = Backoff::new(&restart);
+    let mut gen = 0u64;
+    while !shutdown.is_cancelled() {
+        gen += 1;
+        let _ = core.state.send_replace(State::Starting);
+        core.live_gen.store(gen, Ordering::Release);
+        let started = Instant::now();
+        let outcome = transport.run(&core, gen, &mut out_rx, &shutdown).await;
+        core.live_gen.store(0, Ordering::Release);
+        let Some(reason) = outcome.filter(|_| !shutdown.is_cancelled()) else {
+            break;
+        };
+        if let Some(era) = core.take_probe_death() {
+            // It died of a handshake of the era it lacks. Not a failure: the next
+            // incarnation gets the other (so do the backend's later connections).
+            tracing::info!(backend = %core.name, %era, "backend exited on the handshake of an era it does not speak; starting it again");
+            core.fail_pending(Some(gen), &reason);
+            while out_rx.try_recv().is_ok() {}
+            continue;
+        }
+        let _ = core.state.send_replace(State::Failed {
+            reason: reason.clone(),
+        });
+        core.fail_pending(Some(gen), &reason);
+        core.stats.restarts.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(backend = %core.name, %reason, "{}", T::RESTARTING);
+        if started.elapsed() >= STABLE_RUN {
+            backoff.reset();
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(backoff.step()) => {}
+            _ = shutdown.cancelled() => break,
+        }
+        // Messages queued for the dead incarnation are stale.
+        while out_rx.try_recv().is_ok() {}
+    }
+    let _ = core.state.send_replace(State::Closed);
+    core.fail_pending(None, "backend shut down");
+}
 
 /// Exponential backoff between restarts.
-pub(crate) struct Backoff {
+struct Backoff {
     next: Duration,
     initial: Duration,
     max: Duration,
