@@ -18,6 +18,7 @@ mod core;
 mod error;
 mod handshake;
 mod http;
+mod incoming;
 mod listen;
 mod stats;
 mod stdio;
