@@ -10,7 +10,7 @@
 
 mod error;
 mod legacy;
-mod mrtr;
+
 mod origin;
 mod stateless;
 
@@ -56,7 +56,7 @@ pub struct App {
     /// Cancelled when the server stops accepting work.
     pub stopping: CancellationToken,
     /// Stateless-era calls waiting for their client's input.
-    mrtr: mrtr::Mrtr<stateless::Running>,
+    mrtr: stateless::Mrtr<stateless::Running>,
     /// Each principal's route to the backends for its stateless-era requests.
     stateless: dashmap::DashMap<String, Arc<tokio::sync::OnceCell<Arc<stateless::Internal>>>>,
 }
@@ -89,7 +89,7 @@ impl App {
             auth: Authenticator::new(&cfg.auth),
             calls: AtomicUsize::new(0),
             stopping: CancellationToken::new(),
-            mrtr: mrtr::Mrtr::new(cfg.server.input_timeout),
+            mrtr: stateless::Mrtr::new(cfg.server.input_timeout),
             stateless: dashmap::DashMap::new(),
             cfg,
         }))

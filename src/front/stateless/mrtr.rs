@@ -34,7 +34,7 @@ use tokio::sync::oneshot;
 const MAX_PARKED_PER_PRINCIPAL: usize = 64;
 
 /// One server→client request of a backend, waiting for the client's answer.
-pub(super) struct Ask {
+pub(crate) struct Ask {
     /// `sampling/createMessage`, `elicitation/create` or `roots/list`.
     pub method: String,
     /// Its params, untouched.
@@ -45,7 +45,7 @@ pub(super) struct Ask {
 
 /// What a call is, for binding its `requestState`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Binding {
+pub(crate) struct Binding {
     /// Who called.
     pub principal: String,
     /// `tools/call`, `prompts/get` or `resources/read`.
@@ -55,7 +55,7 @@ pub(super) struct Binding {
 }
 
 /// A call waiting for a client's input.
-pub(super) struct Parked<C> {
+pub(crate) struct Parked<C> {
     /// The running call (dropping it cancels it).
     pub call: C,
     /// Its open requests by input key, in the order they were asked.
@@ -66,7 +66,7 @@ pub(super) struct Parked<C> {
 
 /// Why a retry's `requestState` was refused. Each is a `-32602` for the client.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub(super) enum StateError {
+pub(crate) enum StateError {
     /// Not a state Gantry issued, altered, or issued for another caller or call.
     #[error("requestState is not valid for this request")]
     Invalid,
@@ -81,10 +81,10 @@ pub(super) enum StateError {
 /// Why a call could not be parked.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[error("too many calls of this caller are waiting for input")]
-pub(super) struct TooMany;
+pub(crate) struct TooMany;
 
 /// The parked calls of the front door.
-pub(super) struct Mrtr<C> {
+pub(crate) struct Mrtr<C> {
     key: [u8; 32],
     ttl: Duration,
     next: AtomicU64,
@@ -99,7 +99,7 @@ fn now_ms() -> u64 {
 
 impl<C> Mrtr<C> {
     /// A table whose parked calls live at most `ttl`.
-    pub(super) fn new(ttl: Duration) -> Self {
+    pub(crate) fn new(ttl: Duration) -> Self {
         let mut key = [0u8; 32];
         rand::thread_rng().fill_bytes(&mut key);
         Self {
@@ -172,7 +172,7 @@ impl<C> Mrtr<C> {
     }
 
     /// Parks `call` with its open `asks`; returns the `requestState` to give the client.
-    pub(super) fn park(
+    pub(crate) fn park(
         &self,
         call: C,
         asks: IndexMap<String, Ask>,
@@ -201,7 +201,7 @@ impl<C> Mrtr<C> {
     }
 
     /// Takes the parked call `state` names, if `state` is genuine and for `binding`.
-    pub(super) fn redeem(&self, state: &str, binding: &Binding) -> Result<Parked<C>, StateError> {
+    pub(crate) fn redeem(&self, state: &str, binding: &Binding) -> Result<Parked<C>, StateError> {
         let (id, expires_ms) = self.open("g1", state, binding)?;
         let id = id.parse::<u64>().map_err(|_| StateError::Invalid)?;
         if now_ms() > expires_ms {
@@ -222,14 +222,14 @@ impl<C> Mrtr<C> {
 
     /// Wraps a stateless-era backend's own `requestState` so that only this caller
     /// can return it, for this call, before the expiry: `g2.<state>.<expiry>.<mac>`.
-    pub(super) fn seal_foreign(&self, state: &str, binding: &Binding) -> String {
+    pub(crate) fn seal_foreign(&self, state: &str, binding: &Binding) -> String {
         self.seal("g2", &URL_SAFE_NO_PAD.encode(state.as_bytes()), binding)
             .0
     }
 
     /// The backend's `requestState` inside a `g2.` state, if genuine, unexpired and
     /// for `binding`.
-    pub(super) fn open_foreign(
+    pub(crate) fn open_foreign(
         &self,
         state: &str,
         binding: &Binding,
@@ -245,7 +245,7 @@ impl<C> Mrtr<C> {
     }
 
     /// Drops every parked call past its expiry (cancelling it). Returns how many.
-    pub(super) fn sweep(&self) -> usize {
+    pub(crate) fn sweep(&self) -> usize {
         let now = now_ms();
         let before = self.parked.len();
         self.parked.retain(|_, p| p.expires_ms >= now);
@@ -253,12 +253,12 @@ impl<C> Mrtr<C> {
     }
 
     /// Calls parked now.
-    pub(super) fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.parked.len()
     }
 
     /// Drops every parked call (shutdown).
-    pub(super) fn clear(&self) {
+    pub(crate) fn clear(&self) {
         self.parked.clear();
     }
 }

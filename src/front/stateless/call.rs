@@ -1,0 +1,559 @@
+//! One stateless call driven to its answer: the result, an `input_required` (the call
+//! parked until the client retries), or an SSE stream when the call sends progress or
+//! logs first; the client closing the stream cancels it.
+
+use super::*;
+
+/// Backend traffic of one stateless call, for its HTTP handler.
+pub(super) enum Up {
+    Note(Notification),
+    Ask(Ask),
+    /// The backend needs a capability the client did not declare.
+    Missing(&'static str),
+}
+
+/// The [`Downstream`] of one stateless call.
+pub(super) struct CallSink {
+    pub(super) tx: mpsc::Sender<Up>,
+    pub(super) capabilities: Value,
+    pub(super) log_rank: Option<u8>,
+    pub(super) cancel: CancellationToken,
+}
+
+impl Downstream for CallSink {
+    fn notify(&self, n: Notification) {
+        let wanted = match n.method.as_str() {
+            "notifications/progress" => true,
+            "notifications/message" => self.log_rank.is_some_and(|min| {
+                crate::jsonrpc::string_field(n.params.as_deref(), "level")
+                    .and_then(|l| level_rank(&l))
+                    .is_some_and(|r| r >= min)
+            }),
+            _ => false,
+        };
+        if wanted && self.tx.try_send(Up::Note(n)).is_err() {
+            tracing::debug!("stateless call: notification dropped (client not reading)");
+        }
+    }
+
+    fn ask(
+        &self,
+        method: String,
+        params: Option<Box<RawValue>>,
+    ) -> BoxFuture<'static, ClientAnswer> {
+        let tx = self.tx.clone();
+        let cancel = self.cancel.clone();
+        let missing = crate::session::required_capability(&method)
+            .filter(|cap| self.capabilities.get(*cap).is_none());
+        Box::pin(async move {
+            let gone = || {
+                Err(RpcError::new(code::INTERNAL_ERROR, "the client request has ended").to_raw())
+            };
+            if let Some(cap) = missing {
+                let _ = tx.try_send(Up::Missing(cap));
+                return Err(RpcError::new(
+                    code::METHOD_NOT_FOUND,
+                    format!("the client did not declare the `{cap}` capability"),
+                )
+                .to_raw());
+            }
+            let (reply, rx) = oneshot::channel();
+            if tx
+                .send(Up::Ask(Ask {
+                    method,
+                    params,
+                    reply,
+                }))
+                .await
+                .is_err()
+            {
+                return gone();
+            }
+            tokio::select! {
+                r = rx => r.unwrap_or_else(|_| gone()),
+                _ = cancel.cancelled() => gone(),
+            }
+        })
+    }
+}
+
+/// A stateless call in progress. Dropping it cancels the call upstream (the client
+/// closed its stream, or its parked call expired).
+pub(crate) struct Running {
+    pub(super) done: oneshot::Receiver<Option<Response>>,
+    pub(super) up: mpsc::Receiver<Up>,
+    pub(super) cancel: CancellationToken,
+    /// Input requests asked so far (names the keys).
+    pub(super) asked: u64,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn call(
+    app: Arc<App>,
+    principal: Principal,
+    internal: Arc<Internal>,
+    req: Request,
+    params: Map<String, Value>,
+    declared: Declared,
+    accepts: Accepts,
+) -> HttpResponse {
+    let method = req.method.clone();
+    let binding = input_capable(&method).map(|field| Binding {
+        principal: principal.as_str().to_owned(),
+        method: method.clone(),
+        name: params
+            .get(field)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned(),
+    });
+    let mut params = params;
+    let state = params
+        .get("requestState")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    if let (Some(state), Some(binding)) = (state, &binding) {
+        if state.starts_with("g2.") {
+            // A stateless-era backend's own state, wrapped by Gantry: unwrapped for it.
+            match app.mrtr.open_foreign(&state, binding) {
+                Ok(inner) => {
+                    params.insert("requestState".into(), Value::String(inner));
+                }
+                Err(e) => {
+                    tracing::info!(principal = %binding.principal, error = %e, "stateless retry refused");
+                    return answer(
+                        StatusCode::OK,
+                        Some(req.id),
+                        &RpcError::new(code::INVALID_PARAMS, e.to_string()),
+                    );
+                }
+            }
+        } else {
+            return resume(
+                app,
+                req.id,
+                &method,
+                binding.clone(),
+                state,
+                &params,
+                declared,
+                accepts,
+            )
+            .await;
+        }
+    }
+    let session = internal.session.clone();
+    let client = crate::call::ClientView {
+        capabilities: Some(Arc::new(declared.capabilities.clone())),
+        log_level: declared
+            .log_rank
+            .and_then(|r| crate::router::LOG_LEVELS.get(usize::from(r)).copied()),
+        era: crate::mcp::Era::Stateless,
+    };
+    // Modern `_meta` keys, `inputResponses` and `requestState` travel on: a
+    // stateless-era backend needs them, and they are removed for session-era ones.
+    let upstream = Request {
+        id: req.id.clone(),
+        method: req.method,
+        params: Some(to_raw(&params)),
+    };
+    let guard = session.track(&upstream.id);
+    let cancel = guard.token();
+    let (tx, up) = mpsc::channel(64);
+    let sink: Sink = Arc::new(CallSink {
+        tx,
+        capabilities: declared.capabilities,
+        log_rank: declared.log_rank,
+        cancel: cancel.clone(),
+    });
+    let (done_tx, done) = oneshot::channel();
+    let task_app = app.clone();
+    tokio::spawn(async move {
+        let r = run_tracked_as(&task_app, &session, upstream, sink, guard, client).await;
+        let _ = done_tx.send(r);
+    });
+    let running = Running {
+        done,
+        up,
+        cancel,
+        asked: 0,
+    };
+    drive(app, running, req.id, method, binding, accepts).await
+}
+
+/// A retry with `inputResponses`: the parked call gets its answers and goes on.
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn resume(
+    app: Arc<App>,
+    id: RequestId,
+    method: &str,
+    binding: Binding,
+    state: String,
+    params: &Map<String, Value>,
+    _declared: Declared,
+    accepts: Accepts,
+) -> HttpResponse {
+    let responses = match params.get("inputResponses") {
+        Some(Value::Object(r)) if r.values().all(Value::is_object) => r.clone(),
+        _ => {
+            return answer(
+                StatusCode::OK,
+                Some(id),
+                &RpcError::new(
+                    code::INVALID_PARAMS,
+                    "inputResponses must be an object mapping each input request's key to its result object",
+                ),
+            )
+        }
+    };
+    let mut parked = match app.mrtr.redeem(&state, &binding) {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::info!(principal = %binding.principal, error = %e, "stateless retry refused");
+            let e: &StateError = &e;
+            return answer(
+                StatusCode::OK,
+                Some(id),
+                &RpcError::new(code::INVALID_PARAMS, e.to_string()),
+            );
+        }
+    };
+    let mut open = IndexMap::new();
+    for (key, ask) in parked.asks.drain(..) {
+        match responses.get(&key) {
+            Some(v) => {
+                let _ = ask.reply.send(Ok(to_raw(v)));
+            }
+            None => {
+                open.insert(key, ask);
+            }
+        }
+    }
+    let running = parked.call;
+    if !open.is_empty() {
+        // Some answers are missing: ask again for those.
+        let (status, body) = park(&app, running, open, binding, id);
+        return json_body(status, body);
+    }
+    drive(app, running, id, method.to_owned(), Some(binding), accepts).await
+}
+
+/// How long Gantry waits for more input requests after the first, so that requests
+/// a backend sends together reach the client in one `input_required`.
+pub(super) const ASK_GATHER: Duration = Duration::from_millis(20);
+
+/// Waits for the call's next step and answers the client: its result, an
+/// `input_required` (the call parked), or an SSE stream when the call sends progress
+/// or logs first.
+pub(super) async fn drive(
+    app: Arc<App>,
+    mut running: Running,
+    id: RequestId,
+    method: String,
+    binding: Option<Binding>,
+    accepts: Accepts,
+) -> HttpResponse {
+    loop {
+        // What the call sent before its result is taken first: a notification
+        // pushed just before the result must not lose to it.
+        let up = tokio::select! {
+            biased;
+            up = running.up.recv() => up,
+            r = &mut running.done => return complete(&app, &method, binding.as_ref(), id, r.ok().flatten(), accepts),
+        };
+        match up {
+            None => {
+                // The sink is gone: only the result can come now.
+                let r = (&mut running.done).await.ok().flatten();
+                return complete(&app, &method, binding.as_ref(), id, r, accepts);
+            }
+            Some(Up::Note(n)) => {
+                if accepts.sse {
+                    return stream(app, running, id, method, binding, n);
+                }
+            }
+            Some(Up::Ask(first)) => {
+                let asks = gather(&mut running, first).await;
+                let (status, body) = step(&app, running, asks, id, &method, binding);
+                return json_body(status, body);
+            }
+            Some(Up::Missing(cap)) => {
+                let (status, body) = stuck(id, &method, Some(cap));
+                return json_body(status, body);
+            }
+        }
+    }
+}
+
+/// The first input request plus any others that follow within [`ASK_GATHER`], keyed.
+pub(super) async fn gather(running: &mut Running, first: Ask) -> IndexMap<String, Ask> {
+    let mut asks = IndexMap::new();
+    let mut next = Some(first);
+    let deadline = tokio::time::Instant::now() + ASK_GATHER;
+    while let Some(ask) = next.take() {
+        running.asked += 1;
+        let kind = match ask.method.as_str() {
+            "sampling/createMessage" => "sampling",
+            "elicitation/create" => "elicitation",
+            "roots/list" => "roots",
+            _ => "input",
+        };
+        asks.insert(format!("{kind}-{}", running.asked), ask);
+        if asks.len() >= 16 {
+            break;
+        }
+        if let Ok(Some(Up::Ask(a))) = tokio::time::timeout_at(deadline, running.up.recv()).await {
+            next = Some(a);
+        }
+    }
+    asks
+}
+
+pub(super) fn input_requests(asks: &IndexMap<String, Ask>) -> Map<String, Value> {
+    let mut requests = Map::new();
+    for (key, ask) in asks {
+        let mut r = json!({ "method": ask.method });
+        if let (Some(p), Some(obj)) = (&ask.params, r.as_object_mut()) {
+            if let Ok(v) = serde_json::from_str::<Value>(p.get()) {
+                obj.insert("params".into(), v);
+            }
+        }
+        requests.insert(key.clone(), r);
+    }
+    requests
+}
+
+/// Parks the call and builds the `input_required` answer naming its open requests.
+pub(super) fn park(
+    app: &App,
+    running: Running,
+    asks: IndexMap<String, Ask>,
+    binding: Binding,
+    id: RequestId,
+) -> (StatusCode, String) {
+    let requests = input_requests(&asks);
+    match app.mrtr.park(running, asks, binding) {
+        Ok(state) => {
+            let body = json!({
+                "resultType": "input_required",
+                "inputRequests": requests,
+                "requestState": state,
+                "_meta": { META_SERVER_INFO: server_info() },
+            });
+            (StatusCode::OK, Response::ok(id, to_raw(&body)).to_json())
+        }
+        Err((e, running)) => {
+            drop(running);
+            let e = RpcError::new(code::INTERNAL_ERROR, e.to_string());
+            (StatusCode::OK, Response::err(Some(id), &e).to_json())
+        }
+    }
+}
+
+/// The call cannot continue: the backend asked for input during a request that
+/// cannot return `input_required`, or the client lacks the capability it needs.
+pub(super) fn stuck(id: RequestId, method: &str, missing: Option<&str>) -> (StatusCode, String) {
+    let (status, e) = match missing {
+        Some(cap) => {
+            let mut required = Map::new();
+            required.insert(cap.to_owned(), json!({}));
+            (
+                StatusCode::BAD_REQUEST,
+                RpcError::new(
+                    code::MISSING_CLIENT_CAPABILITY,
+                    format!("Missing required client capability: {cap}"),
+                )
+                .with_data(json!({ "requiredCapabilities": required })),
+            )
+        }
+        None => (
+            StatusCode::OK,
+            RpcError::new(
+                code::INTERNAL_ERROR,
+                format!("the backend asked the client for input during {method}, which cannot return input_required"),
+            ),
+        ),
+    };
+    (status, Response::err(Some(id), &e).to_json())
+}
+
+/// The next step of a call that is not a notification, as the client's answer.
+pub(super) fn step(
+    app: &App,
+    running: Running,
+    asks: IndexMap<String, Ask>,
+    id: RequestId,
+    method: &str,
+    binding: Option<Binding>,
+) -> (StatusCode, String) {
+    match binding {
+        Some(b) => park(app, running, asks, b, id),
+        None => stuck(id, method, None),
+    }
+}
+
+/// Shapes a backend's final answer for a stateless client.
+pub(super) fn final_message(
+    app: &App,
+    method: &str,
+    binding: Option<&Binding>,
+    id: RequestId,
+    r: Option<Response>,
+) -> (StatusCode, String) {
+    let Some(r) = r else {
+        let e = RpcError::new(code::INTERNAL_ERROR, "the request was cancelled");
+        return (StatusCode::OK, Response::err(Some(id), &e).to_json());
+    };
+    match r.outcome {
+        Ok(result) => {
+            let mut obj: Map<String, Value> =
+                serde_json::from_str(result.get()).unwrap_or_default();
+            obj.entry("resultType").or_insert_with(|| json!("complete"));
+            let complete = obj.get("resultType") == Some(&json!("complete"));
+            if obj.get("resultType") == Some(&json!("input_required")) {
+                // A stateless-era backend asks for input: its state goes to the client
+                // sealed, so only this caller can bring it back, for this call.
+                let Some(binding) = binding else {
+                    return stuck(id, method, None);
+                };
+                if let Some(Value::String(state)) = obj.get("requestState") {
+                    let sealed = app.mrtr.seal_foreign(state, binding);
+                    obj.insert("requestState".into(), Value::String(sealed));
+                }
+            }
+            if complete && CACHEABLE.contains(&method) {
+                obj.entry("ttlMs").or_insert_with(|| json!(0));
+                // Callers are told apart: what one is shown is not for the others,
+                // whatever the backend thinks of it.
+                let scope = obj.entry("cacheScope").or_insert_with(|| json!("public"));
+                if cache_scope(app) == "private" {
+                    *scope = json!("private");
+                }
+            }
+            let meta = obj.entry("_meta").or_insert_with(|| json!({}));
+            if let Some(meta) = meta.as_object_mut() {
+                meta.entry(META_SERVER_INFO).or_insert_with(server_info);
+            }
+            (StatusCode::OK, Response::ok(id, to_raw(&obj)).to_json())
+        }
+        Err(error) => {
+            let mut e: Map<String, Value> = serde_json::from_str(error.get()).unwrap_or_default();
+            let code_of = e
+                .get("code")
+                .and_then(Value::as_i64)
+                .unwrap_or(code::INTERNAL_ERROR);
+            if code_of == code::RESOURCE_NOT_FOUND {
+                // 2026-07-28: a missing resource is invalid params, naming the URI.
+                e.insert("code".into(), json!(code::INVALID_PARAMS));
+            }
+            let status = match e.get("code").and_then(Value::as_i64) {
+                Some(code::METHOD_NOT_FOUND) => StatusCode::NOT_FOUND,
+                Some(
+                    code::HEADER_MISMATCH
+                    | code::MISSING_CLIENT_CAPABILITY
+                    | code::UNSUPPORTED_PROTOCOL_VERSION,
+                ) => StatusCode::BAD_REQUEST,
+                _ => StatusCode::OK,
+            };
+            let raw = to_raw(&e);
+            (
+                status,
+                Response {
+                    id: Some(id),
+                    outcome: Err(raw),
+                }
+                .to_json(),
+            )
+        }
+    }
+}
+
+pub(super) fn complete(
+    app: &App,
+    method: &str,
+    binding: Option<&Binding>,
+    id: RequestId,
+    r: Option<Response>,
+    accepts: Accepts,
+) -> HttpResponse {
+    let (status, body) = final_message(app, method, binding, id, r);
+    reply(status, body, accepts)
+}
+
+/// An answer in one write: an SSE event when the client takes SSE (as a server of
+/// this era usually answers a call), JSON otherwise and for HTTP-level errors.
+pub(super) fn reply(status: StatusCode, body: String, accepts: Accepts) -> HttpResponse {
+    if status == StatusCode::OK && accepts.sse {
+        let event = crate::sse::message_event(None, &body);
+        with_sse_headers(HttpResponse::new(Body::from(event)))
+    } else {
+        json_body(status, body)
+    }
+}
+
+/// Streams the rest of a call as SSE: its notifications, then its result (or an
+/// `input_required`). The client closing the stream cancels the call.
+pub(super) fn stream(
+    app: Arc<App>,
+    mut running: Running,
+    id: RequestId,
+    method: String,
+    binding: Option<Binding>,
+    first: Notification,
+) -> HttpResponse {
+    let (tx, rx) = mpsc::channel::<bytes::Bytes>(64);
+    let event = |json: String| bytes::Bytes::from(crate::sse::message_event(None, &json));
+    tokio::spawn(async move {
+        if tx.send(event(first.to_json())).await.is_err() {
+            return;
+        }
+        loop {
+            // Notifications sent before the result go first (see `drive`).
+            let up = tokio::select! {
+                biased;
+                up = running.up.recv() => up,
+                r = &mut running.done => {
+                    let (_, body) = final_message(&app, &method, binding.as_ref(), id, r.ok().flatten());
+                    let _ = tx.send(event(body)).await;
+                    return;
+                }
+
+                // The client went away: dropping `running` cancels the call.
+                _ = tx.closed() => return,
+            };
+            let out = match up {
+                None => {
+                    let r = (&mut running.done).await.ok().flatten();
+                    let (_, body) = final_message(&app, &method, binding.as_ref(), id, r);
+                    let _ = tx.send(event(body)).await;
+                    return;
+                }
+                Some(Up::Note(n)) => n.to_json(),
+                Some(Up::Ask(first)) => {
+                    let asks = gather(&mut running, first).await;
+                    let (_, body) = step(&app, running, asks, id, &method, binding);
+                    let _ = tx.send(event(body)).await;
+                    return;
+                }
+                Some(Up::Missing(cap)) => {
+                    let (_, body) = stuck(id, &method, Some(cap));
+                    let _ = tx.send(event(body)).await;
+                    return;
+                }
+            };
+            if tx.send(event(out)).await.is_err() {
+                return;
+            }
+        }
+    });
+    let body = Body::from_stream(
+        tokio_stream::wrappers::ReceiverStream::new(rx).map(Ok::<_, std::convert::Infallible>),
+    );
+    with_sse_headers(HttpResponse::new(body))
+}

@@ -1,0 +1,306 @@
+//! `subscriptions/listen`: the principal's listen streams, their filters, and the
+//! resource subscriptions they hold upstream (counted per URI).
+
+use super::*;
+
+/// What one listen stream asked for (and Gantry honours).
+#[derive(Debug, Clone, Default)]
+pub(super) struct Filter {
+    pub(super) tools: bool,
+    pub(super) prompts: bool,
+    pub(super) resources: bool,
+    pub(super) uris: Vec<String>,
+}
+
+impl Filter {
+    fn wants(&self, n: &Notification) -> bool {
+        match n.method.as_str() {
+            "notifications/tools/list_changed" => self.tools,
+            "notifications/prompts/list_changed" => self.prompts,
+            "notifications/resources/list_changed" => self.resources,
+            "notifications/resources/updated" => {
+                crate::jsonrpc::string_field(n.params.as_deref(), "uri")
+                    .is_some_and(|u| self.uris.contains(&u))
+            }
+            _ => false,
+        }
+    }
+
+    /// The filter as the acknowledgement echoes it.
+    fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        if self.tools {
+            m.insert("toolsListChanged".into(), json!(true));
+        }
+        if self.prompts {
+            m.insert("promptsListChanged".into(), json!(true));
+        }
+        if self.resources {
+            m.insert("resourcesListChanged".into(), json!(true));
+        }
+        if !self.uris.is_empty() {
+            m.insert("resourceSubscriptions".into(), json!(self.uris));
+        }
+        Value::Object(m)
+    }
+}
+
+pub(super) struct Listener {
+    pub(super) n: u64,
+    /// The listen request's id: every notification carries it.
+    pub(super) subscription: Value,
+    pub(super) filter: Filter,
+    pub(super) tx: mpsc::Sender<bytes::Bytes>,
+}
+
+/// The listen streams of one principal, and its resource subscriptions upstream
+/// (counted, so the backend sees one subscribe per URI however many streams ask).
+#[derive(Default)]
+pub(crate) struct Listeners {
+    pub(super) list: Mutex<Vec<Listener>>,
+    pub(super) uri_refs: Mutex<HashMap<String, usize>>,
+    pub(super) next: AtomicU64,
+}
+
+/// Listen streams one principal may hold open.
+pub(super) const MAX_LISTENS_PER_PRINCIPAL: usize = 32;
+
+/// A notification for one listen stream: `params._meta` names the subscription.
+pub(super) fn tagged(n: &Notification, subscription: &Value) -> String {
+    let mut params: Map<String, Value> = n
+        .params
+        .as_deref()
+        .and_then(|p| serde_json::from_str(p.get()).ok())
+        .unwrap_or_default();
+    let meta = params.entry("_meta").or_insert_with(|| json!({}));
+    if let Some(meta) = meta.as_object_mut() {
+        meta.insert(META_SUBSCRIPTION.into(), subscription.clone());
+    }
+    json!({ "jsonrpc": "2.0", "method": n.method, "params": params }).to_string()
+}
+
+impl Listeners {
+    pub(super) fn deliver(&self, n: &Notification) {
+        let mut list = self.list.lock();
+        list.retain(|l| !l.tx.is_closed());
+        for l in list.iter().filter(|l| l.filter.wants(n)) {
+            let event = crate::sse::message_event(None, &tagged(n, &l.subscription));
+            if l.tx.try_send(bytes::Bytes::from(event)).is_err() {
+                tracing::warn!(method = %n.method, "listen stream not read fast enough; notification dropped");
+            }
+        }
+    }
+
+    /// URIs whose count went from 0 to 1 (to subscribe upstream).
+    pub(super) fn add_uris(&self, uris: &[String]) -> Vec<String> {
+        let mut refs = self.uri_refs.lock();
+        uris.iter()
+            .filter(|u| {
+                let c = refs.entry((*u).clone()).or_insert(0);
+                *c += 1;
+                *c == 1
+            })
+            .cloned()
+            .collect()
+    }
+
+    /// URIs whose count went to 0 (to unsubscribe upstream).
+    pub(super) fn drop_uris(&self, uris: &[String]) -> Vec<String> {
+        let mut refs = self.uri_refs.lock();
+        let mut last = Vec::new();
+        for u in uris {
+            if let Some(c) = refs.get_mut(u) {
+                *c = c.saturating_sub(1);
+                if *c == 0 {
+                    refs.remove(u);
+                    last.push(u.clone());
+                }
+            }
+        }
+        last
+    }
+}
+
+/// Honoured subset of a listen request's `notifications`, or a -32602.
+pub(super) fn filter_of(params: &Map<String, Value>, caps: &Value) -> Result<Filter, RpcError> {
+    let asked = match params.get("notifications") {
+        None => Map::new(),
+        Some(Value::Object(m)) => m.clone(),
+        Some(_) => {
+            return Err(RpcError::new(
+                code::INVALID_PARAMS,
+                "params.notifications must be an object",
+            ))
+        }
+    };
+    let flag = |k: &str| asked.get(k).and_then(Value::as_bool).unwrap_or(false);
+    let declared = |p: &str| caps.pointer(p) == Some(&Value::Bool(true));
+    let uris =
+        match asked.get("resourceSubscriptions") {
+            None => Vec::new(),
+            Some(Value::Array(a)) => {
+                let mut v = Vec::with_capacity(a.len());
+                for u in a {
+                    match u.as_str() {
+                        Some(u) if !v.iter().any(|x: &String| x == u) => v.push(u.to_owned()),
+                        Some(_) => {}
+                        None => return Err(RpcError::new(
+                            code::INVALID_PARAMS,
+                            "params.notifications.resourceSubscriptions must be an array of URIs",
+                        )),
+                    }
+                }
+                v
+            }
+            Some(_) => {
+                return Err(RpcError::new(
+                    code::INVALID_PARAMS,
+                    "params.notifications.resourceSubscriptions must be an array of URIs",
+                ))
+            }
+        };
+    if uris.len() > 256 {
+        return Err(RpcError::new(
+            code::INVALID_PARAMS,
+            "at most 256 resourceSubscriptions per listen stream",
+        ));
+    }
+    Ok(Filter {
+        tools: flag("toolsListChanged") && declared("/tools/listChanged"),
+        prompts: flag("promptsListChanged") && declared("/prompts/listChanged"),
+        resources: flag("resourcesListChanged") && declared("/resources/listChanged"),
+        uris: if declared("/resources/subscribe") {
+            uris
+        } else {
+            Vec::new()
+        },
+    })
+}
+
+/// Subscribes or unsubscribes one URI on the principal's route.
+pub(super) async fn upstream_subscription(
+    app: &App,
+    internal: &Internal,
+    method: &str,
+    uri: &str,
+) -> Result<(), String> {
+    own_request(app, internal, method, json!({ "uri": uri }))
+        .await
+        .map(|_| ())
+}
+
+/// `subscriptions/listen`: a long-lived SSE stream, acknowledged first, fed by the
+/// backends' list changes and resource updates. The client closing it ends it.
+pub(super) async fn listen(
+    app: Arc<App>,
+    internal: Arc<Internal>,
+    id: RequestId,
+    params: &Map<String, Value>,
+) -> HttpResponse {
+    let caps = internal
+        .init
+        .get("capabilities")
+        .cloned()
+        .unwrap_or_default();
+    let open = {
+        let mut list = internal.listeners.list.lock();
+        list.retain(|l| !l.tx.is_closed());
+        list.len()
+    };
+    if open >= MAX_LISTENS_PER_PRINCIPAL {
+        return answer(
+            StatusCode::OK,
+            Some(id),
+            &RpcError::new(
+                code::INVALID_REQUEST,
+                format!("at most {MAX_LISTENS_PER_PRINCIPAL} listen streams per caller are open at once"),
+            ),
+        );
+    }
+    let filter = match filter_of(params, &caps) {
+        Ok(f) => f,
+        Err(e) => return answer(StatusCode::OK, Some(id), &e),
+    };
+    let subscription: Value = serde_json::from_str(id.raw().get()).unwrap_or(Value::Null);
+    for uri in internal.listeners.add_uris(&filter.uris) {
+        if let Err(e) = upstream_subscription(&app, &internal, "resources/subscribe", &uri).await {
+            internal.listeners.drop_uris(&filter.uris);
+            tracing::info!(uri = %clip(&uri), error = %clip(&e), "listen: upstream subscribe failed");
+            return answer(
+                StatusCode::OK,
+                Some(id),
+                &RpcError::new(
+                    code::INVALID_PARAMS,
+                    format!("cannot subscribe to {}: {}", clip(&uri), clip(&e)),
+                ),
+            );
+        }
+    }
+    let (tx, rx) = mpsc::channel::<bytes::Bytes>(256);
+    let ack = json!({
+        "jsonrpc": "2.0",
+        "method": "notifications/subscriptions/acknowledged",
+        "params": { "_meta": { META_SUBSCRIPTION: subscription }, "notifications": filter.to_json() },
+    });
+    // Cannot fail: the channel is new and empty.
+    let _ = tx.try_send(bytes::Bytes::from(crate::sse::message_event(
+        None,
+        &ack.to_string(),
+    )));
+    let n = internal.listeners.next.fetch_add(1, Ordering::Relaxed);
+    internal.listeners.list.lock().push(Listener {
+        n,
+        subscription: subscription.clone(),
+        filter: filter.clone(),
+        tx: tx.clone(),
+    });
+    // Keeps the route busy (never reaped while a stream is open), sends keep-alives,
+    // and cleans up when the client goes away or Gantry stops.
+    let guard = internal.session.track(&id);
+    let keepalive = app.cfg.server.sse_keepalive;
+    tokio::spawn(async move {
+        let _guard = guard;
+        let ended = internal.session.cancel.clone();
+        loop {
+            tokio::select! {
+                _ = tx.closed() => break,
+                _ = ended.cancelled() => {
+                    // A graceful end: the listen request's result, then close.
+                    let done = json!({
+                        "jsonrpc": "2.0", "id": subscription,
+                        "result": { "resultType": "complete", "_meta": { META_SUBSCRIPTION: subscription } },
+                    });
+                    let _ = tx.try_send(bytes::Bytes::from(crate::sse::message_event(None, &done.to_string())));
+                    break;
+                }
+                _ = tokio::time::sleep(keepalive) => {
+                    if tx.send(bytes::Bytes::from_static(b":\n\n")).await.is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+        internal.listeners.list.lock().retain(|l| l.n != n);
+        for uri in internal.listeners.drop_uris(&filter.uris) {
+            if let Err(e) = subscription_end(&app, &internal, &uri).await {
+                tracing::debug!(uri = %clip(&uri), error = %clip(&e), "listen: upstream unsubscribe failed");
+            }
+        }
+        tracing::debug!("listen stream ended");
+    });
+    let body = Body::from_stream(
+        tokio_stream::wrappers::ReceiverStream::new(rx).map(Ok::<_, std::convert::Infallible>),
+    );
+    with_sse_headers(HttpResponse::new(body))
+}
+
+pub(super) async fn subscription_end(
+    app: &App,
+    internal: &Internal,
+    uri: &str,
+) -> Result<(), String> {
+    if internal.session.cancel.is_cancelled() {
+        return Ok(()); // the route is closing: its subscriptions go with it
+    }
+    upstream_subscription(app, internal, "resources/unsubscribe", uri).await
+}

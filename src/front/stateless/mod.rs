@@ -1,0 +1,281 @@
+//! The stateless era (2026-07-28) on the MCP endpoint, beside the session era.
+//!
+//! A POST without `Mcp-Session-Id` whose `MCP-Protocol-Version` header is not a
+//! session-era version, or whose `params._meta` carries `io.modelcontextprotocol/…`
+//! keys, or whose method exists only in this era, is served here. Checks, in the
+//! order the conformance suite pins down: version header present (-32020) →
+//! required `_meta` present and well-typed (-32602) → header equals `_meta` version
+//! (-32020) → version supported (-32022, with the supported list) → `Mcp-Method` /
+//! `Mcp-Name` agree with the body (-32020) → method exists in this era (404, -32601).
+//! All of these are HTTP 400 except the last.
+//!
+//! Every caller (principal) has one internal route to the backends (`route`), opened
+//! on its first stateless request the way a session-era client's `initialize` would
+//! be, and used by all its stateless requests (README "Each caller keeps its era").
+//! Where a backend lacks the stateless era, Gantry translates at this edge:
+//! - results get `resultType`, cacheable ones `ttlMs` / `cacheScope`, every one
+//!   Gantry's `serverInfo` in `_meta`; modern `_meta` keys never reach a backend;
+//! - a backend's progress reaches the request's own response stream (SSE), its log
+//!   messages only when the request asked for them with `_meta` `logLevel`;
+//! - a backend's server→client request becomes an `input_required` result and the
+//!   call waits, parked (`mrtr`), for the client's retry (`call`); one the
+//!   client's capabilities do not allow ends the call with -32021;
+//! - the client closing its response stream cancels the call upstream;
+//! - `subscriptions/listen` streams are fed by the backends' changes (`listen`).
+//!
+//! The request is checked in `validate`; this file dispatches it.
+
+mod call;
+mod listen;
+mod mrtr;
+mod route;
+mod validate;
+
+pub(crate) use self::call::Running;
+use self::call::*;
+use self::listen::*;
+pub(crate) use self::mrtr::Mrtr;
+pub(crate) use self::route::Internal;
+use self::route::*;
+use self::validate::*;
+
+use self::mrtr::{Ask, Binding, StateError};
+use super::{run_tracked_as, with_sse_headers, Accepts, App, FrontError};
+use crate::auth::Principal;
+use crate::call::{ClientAnswer, Downstream, Sink};
+use crate::jsonrpc::{code, to_raw, Message, Notification, Request, RequestId, Response, RpcError};
+use crate::mcp::param::ToolHeaders;
+use crate::mcp::{Era, LATEST_SESSION_VERSION};
+use crate::router::{level_rank, Caller, ClientInit};
+use crate::session::Session;
+use axum::body::Body;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response as HttpResponse};
+use futures::future::BoxFuture;
+use indexmap::IndexMap;
+use parking_lot::Mutex;
+use serde_json::value::RawValue;
+use serde_json::{json, Map, Value};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot, OnceCell};
+use tokio_util::sync::CancellationToken;
+
+use crate::mcp::{
+    all_versions, META_CLIENT_CAPABILITIES as META_CAPS, META_LOG_LEVEL, META_PREFIX,
+    META_PROTOCOL_VERSION as META_VERSION, META_SERVER_INFO,
+    META_SUBSCRIPTION_ID as META_SUBSCRIPTION, SESSION_VERSIONS, STATELESS_VERSIONS,
+};
+
+/// Methods of the session era that 2026-07-28 removed.
+const REMOVED: [&str; 5] = [
+    "initialize",
+    "ping",
+    "logging/setLevel",
+    "resources/subscribe",
+    "resources/unsubscribe",
+];
+
+/// Methods whose complete results must say how long they may be cached.
+const CACHEABLE: [&str; 6] = [
+    "server/discover",
+    "tools/list",
+    "prompts/list",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+];
+
+/// Methods that may answer `input_required`, and the param naming what they act on
+/// (the same field `Mcp-Name` mirrors).
+fn input_capable(method: &str) -> Option<&'static str> {
+    crate::mcp::header::name_field(method)
+}
+
+/// Whether a session-less message belongs to the stateless era.
+pub(crate) fn is_stateless(headers: &HeaderMap, m: &Message) -> bool {
+    let header_modern = headers
+        .get("mcp-protocol-version")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| !SESSION_VERSIONS.contains(&v.trim()));
+    if header_modern {
+        return true;
+    }
+    let (method, params) = match m {
+        Message::Request(r) => (r.method.as_str(), r.params.as_deref()),
+        Message::Notification(n) => (n.method.as_str(), n.params.as_deref()),
+        Message::Response(_) => return false,
+    };
+    if matches!(method, "server/discover" | "subscriptions/listen") {
+        return true;
+    }
+    meta_of(params).is_some_and(|m| m.keys().any(|k| k.starts_with(META_PREFIX)))
+}
+
+fn meta_of(params: Option<&RawValue>) -> Option<Map<String, Value>> {
+    #[derive(serde::Deserialize)]
+    struct P {
+        #[serde(rename = "_meta")]
+        meta: Option<Map<String, Value>>,
+    }
+    serde_json::from_str::<P>(params?.get()).ok()?.meta
+}
+
+use futures::StreamExt as _;
+
+pub(super) fn answer(status: StatusCode, id: Option<RequestId>, e: &RpcError) -> HttpResponse {
+    json_body(status, Response::err(id, e).to_json())
+}
+
+pub(super) fn json_body(status: StatusCode, body: String) -> HttpResponse {
+    (
+        status,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        body,
+    )
+        .into_response()
+}
+
+/// At most 80 characters of a client-supplied string, for error messages.
+pub(super) fn clip(s: &str) -> String {
+    s.chars().take(80).collect()
+}
+
+/// Serves one stateless-era message.
+pub(crate) async fn post(
+    app: Arc<App>,
+    principal: Principal,
+    headers: &HeaderMap,
+    m: Message,
+    accepts: Accepts,
+) -> HttpResponse {
+    let req = match m {
+        // The era defines no client notifications over HTTP; they are accepted and
+        // ignored. Responses have nothing to answer (there are no server requests).
+        Message::Notification(_) => return StatusCode::ACCEPTED.into_response(),
+        Message::Response(_) => {
+            return FrontError::Invalid(
+                "the 2026-07-28 protocol has no server→client requests to answer".into(),
+            )
+            .into_response()
+        }
+        Message::Request(r) => r,
+    };
+    let params: Map<String, Value> =
+        match req.params.as_deref().map(|p| serde_json::from_str(p.get())) {
+            None => Map::new(),
+            Some(Ok(Value::Object(p))) => p,
+            Some(_) => {
+                return answer(
+                    StatusCode::BAD_REQUEST,
+                    Some(req.id),
+                    &RpcError::new(code::INVALID_PARAMS, "params must be an object"),
+                )
+            }
+        };
+    let declared = match validate(headers, &req.method, &params) {
+        Ok(d) => d,
+        Err(Refusal(status, e)) => {
+            tracing::debug!(method = %clip(&req.method), code = e.code, "stateless request refused");
+            return answer(status, Some(req.id), &e);
+        }
+    };
+    if REMOVED.contains(&req.method.as_str()) {
+        return answer(
+            StatusCode::NOT_FOUND,
+            Some(req.id),
+            &RpcError::new(
+                code::METHOD_NOT_FOUND,
+                format!(
+                    "Method not found: {} does not exist in protocol 2026-07-28",
+                    req.method
+                ),
+            ),
+        );
+    }
+    if app.stopping.is_cancelled() {
+        return FrontError::Unavailable("Gantry is shutting down").into_response();
+    }
+    let internal = match internal_route(&app, principal.as_str()).await {
+        Ok(i) => i,
+        Err(e) => return e,
+    };
+    if req.method == "tools/call" {
+        let name = params
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let declared = tool_headers(&app, &internal).await;
+        let none = Vec::new();
+        let mirrored = declared.get(name).unwrap_or(&none);
+        let arguments = params.get("arguments").cloned().unwrap_or(Value::Null);
+        let sent_any = headers.keys().any(|k| k.as_str().starts_with("mcp-param-"));
+        if !mirrored.is_empty() || sent_any {
+            if let Err(why) = crate::mcp::param::check(mirrored, &arguments, |h| {
+                headers.get(h).map(HeaderValue::as_bytes)
+            }) {
+                return answer(
+                    StatusCode::BAD_REQUEST,
+                    Some(req.id),
+                    &RpcError::new(code::HEADER_MISMATCH, format!("Header mismatch: {why}")),
+                );
+            }
+        }
+    }
+    match req.method.as_str() {
+        "server/discover" => discover(&app, &internal, req.id),
+        "subscriptions/listen" => listen(app, internal, req.id, &params).await,
+        _ => call(app, principal, internal, req, params, declared, accepts).await,
+    }
+}
+
+pub(super) fn server_info() -> Value {
+    crate::mcp::gantry_implementation()
+}
+
+/// `cacheScope` of Gantry's answers: `private` as soon as callers are told apart
+/// (what a backend returns may depend on who asks).
+pub(super) fn cache_scope(app: &App) -> &'static str {
+    if !app.auth.is_required() {
+        "public"
+    } else {
+        "private"
+    }
+}
+
+pub(super) fn discover(app: &App, internal: &Internal, id: RequestId) -> HttpResponse {
+    let mut caps = internal
+        .init
+        .get("capabilities")
+        .cloned()
+        .unwrap_or_else(|| json!({}));
+    if let Some(c) = caps.as_object_mut() {
+        c.remove("tasks");
+    }
+    // The stateless era is offered only when every backend speaks it: a client
+    // that can speak either (the SDKs' `auto`) then takes the session era, which
+    // every backend serves without loss, as it would directly. Stateless requests
+    // are still served, translated, for clients that send them anyway.
+    let versions: Vec<&str> = if app.router.all_speak(Era::Stateless) {
+        all_versions()
+    } else {
+        SESSION_VERSIONS.to_vec()
+    };
+    let mut result = json!({
+        "resultType": "complete",
+        "supportedVersions": versions,
+        "capabilities": caps,
+        "_meta": { META_SERVER_INFO: server_info() },
+        "ttlMs": 0,
+        "cacheScope": cache_scope(app),
+    });
+    if let (Some(i), Some(obj)) = (internal.init.get("instructions"), result.as_object_mut()) {
+        obj.insert("instructions".into(), i.clone());
+    }
+    json_body(StatusCode::OK, Response::ok(id, to_raw(&result)).to_json())
+}

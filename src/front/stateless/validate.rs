@@ -1,0 +1,156 @@
+//! Validation of a stateless-era request, in the order the conformance suite pins:
+//! version header, `_meta`, header against `_meta`, supported version, `Mcp-Method` /
+//! `Mcp-Name` against the body.
+
+use super::*;
+
+/// A refusal: HTTP status and JSON-RPC error.
+pub(super) struct Refusal(pub(super) StatusCode, pub(super) RpcError);
+
+pub(super) fn bad(code: i64, msg: impl Into<String>) -> Refusal {
+    Refusal(StatusCode::BAD_REQUEST, RpcError::new(code, msg))
+}
+
+/// What a valid stateless request declared about its caller.
+pub(super) struct Declared {
+    pub(super) capabilities: Value,
+    /// Log messages at or above this rank reach the client; `None`: none do.
+    pub(super) log_rank: Option<u8>,
+}
+
+/// A header value as the spec compares it (see [`crate::mcp::header::decode`]);
+/// `Err` when it is not valid.
+pub(super) fn header_text(headers: &HeaderMap, name: &str) -> Result<Option<String>, ()> {
+    match headers.get(name) {
+        None => Ok(None),
+        Some(v) => crate::mcp::header::decode(v.as_bytes()).map(Some).ok_or(()),
+    }
+}
+
+pub(super) fn validate(
+    headers: &HeaderMap,
+    method: &str,
+    params: &Map<String, Value>,
+) -> Result<Declared, Refusal> {
+    let Some(header_version) = headers.get("mcp-protocol-version") else {
+        return Err(bad(
+            code::HEADER_MISMATCH,
+            "Header mismatch: the MCP-Protocol-Version header is required",
+        ));
+    };
+    let header_version = header_version.to_str().unwrap_or_default().trim();
+    let meta = params.get("_meta").and_then(Value::as_object);
+    let Some(meta) = meta else {
+        return Err(bad(
+            code::INVALID_PARAMS,
+            format!("params._meta is required (with `{META_VERSION}` and `{META_CAPS}`)"),
+        ));
+    };
+    let Some(version) = meta.get(META_VERSION).and_then(Value::as_str) else {
+        return Err(bad(
+            code::INVALID_PARAMS,
+            format!("params._meta[\"{META_VERSION}\"] (a string) is required"),
+        ));
+    };
+    let capabilities = match meta.get(META_CAPS) {
+        Some(c @ Value::Object(_)) => c.clone(),
+        _ => {
+            return Err(bad(
+                code::INVALID_PARAMS,
+                format!("params._meta[\"{META_CAPS}\"] (an object) is required"),
+            ))
+        }
+    };
+    if header_version != version {
+        return Err(bad(
+            code::HEADER_MISMATCH,
+            format!(
+                "Header mismatch: MCP-Protocol-Version header value '{}' does not match body value '{}'",
+                clip(header_version),
+                clip(version)
+            ),
+        ));
+    }
+    if !STATELESS_VERSIONS.contains(&version) {
+        return Err(Refusal(
+            StatusCode::BAD_REQUEST,
+            RpcError::new(
+                code::UNSUPPORTED_PROTOCOL_VERSION,
+                format!("Unsupported protocol version: {}", clip(version)),
+            )
+            .with_data(json!({ "supported": all_versions(), "requested": version })),
+        ));
+    }
+    match header_text(headers, "mcp-method") {
+        Ok(Some(m)) if m == method => {}
+        Ok(Some(m)) => {
+            return Err(bad(
+                code::HEADER_MISMATCH,
+                format!(
+                    "Header mismatch: Mcp-Method header value '{}' does not match body value '{}'",
+                    clip(&m),
+                    clip(method)
+                ),
+            ))
+        }
+        Ok(None) => {
+            return Err(bad(
+                code::HEADER_MISMATCH,
+                "Header mismatch: the Mcp-Method header is required",
+            ))
+        }
+        Err(()) => {
+            return Err(bad(
+                code::HEADER_MISMATCH,
+                "Header mismatch: the Mcp-Method header value is not valid",
+            ))
+        }
+    }
+    if let Some(field) = input_capable(method) {
+        let body = params
+            .get(field)
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        match header_text(headers, "mcp-name") {
+            Ok(Some(n)) if n == body => {}
+            Ok(Some(n)) => {
+                return Err(bad(
+                    code::HEADER_MISMATCH,
+                    format!(
+                    "Header mismatch: Mcp-Name header value '{}' does not match body value '{}'",
+                    clip(&n),
+                    clip(body)
+                ),
+                ))
+            }
+            Ok(None) => {
+                return Err(bad(
+                    code::HEADER_MISMATCH,
+                    format!("Header mismatch: the Mcp-Name header is required for {method}"),
+                ))
+            }
+            Err(()) => {
+                return Err(bad(
+                    code::HEADER_MISMATCH,
+                    "Header mismatch: the Mcp-Name header value is not valid",
+                ))
+            }
+        }
+    }
+    let log_rank = match meta.get(META_LOG_LEVEL) {
+        None => None,
+        Some(l) => match l.as_str().and_then(level_rank) {
+            Some(r) => Some(r),
+            None => {
+                return Err(bad(
+                    code::INVALID_PARAMS,
+                    format!("params._meta[\"{META_LOG_LEVEL}\"] is not a logging level"),
+                ))
+            }
+        },
+    };
+    Ok(Declared {
+        capabilities,
+        log_rank,
+    })
+}
