@@ -48,7 +48,7 @@ impl Conn {
     /// progress token are rewritten; the response comes back with the upstream id,
     /// and the caller restores the client's. Params are shaped for the backend's era;
     /// a stateless-era backend's `input_required` is answered for a session-era
-    /// client through its server→client requests (see [`Conn::call_stateless`]).
+    /// client through its server→client requests (`bridge::call_stateless`).
     pub async fn call(
         &self,
         method: &str,

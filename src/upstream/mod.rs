@@ -5,7 +5,7 @@
 //! counter, and the pending table maps it back to the exact call (its reply channel
 //! and its [`Sink`]), never to the client's id — so clients that reuse ids can never
 //! be cross-wired. Progress tokens are rewritten the same way. The transport tasks
-//! (`stdio`, `http`) only move bytes; everything id-shaped happens in [`core`].
+//! (`stdio`, `http`) only move bytes; everything id-shaped happens in `core`, and the attribution of what a backend sends in `incoming`.
 //!
 //! Invariants: a pending entry is removed on response, cancel, timeout, crash and
 //! shutdown; nothing the backend sends can panic Gantry; a crashed backend fails its
