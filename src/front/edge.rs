@@ -1,0 +1,85 @@
+//! The checks every protected request passes first: Host / Origin (403, with CORS
+//! answered here) and then credentials (401 / 400), before any handler runs or any
+//! stream starts.
+
+use super::*;
+
+/// Puts the caller's [`Principal`] in the request extensions, or refuses the request
+/// (401 / 400 with `WWW-Authenticate`) before any handler runs or any stream starts.
+/// CORS preflights never get here: [`check_origin`] answers them.
+pub(super) async fn authenticate(
+    State(app): State<Arc<App>>,
+    mut req: HttpRequest,
+    next: Next,
+) -> HttpResponse {
+    match app.auth.authenticate(req.headers()) {
+        Ok(principal) => {
+            req.extensions_mut().insert(principal);
+            next.run(req).await
+        }
+        Err(e) => {
+            // The reason only: never the presented credentials.
+            if e == crate::auth::AuthError::Missing {
+                tracing::debug!(method = %req.method(), path = req.uri().path(), "request refused: no credentials");
+            } else {
+                tracing::info!(method = %req.method(), path = req.uri().path(), reason = %e, "request refused: bad credentials");
+            }
+            FrontError::from(e).into_response()
+        }
+    }
+}
+
+pub(super) async fn check_origin(
+    State(app): State<Arc<App>>,
+    req: HttpRequest,
+    next: Next,
+) -> HttpResponse {
+    let host = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+        .or_else(|| req.uri().authority().map(|a| a.to_string()));
+    let origin = req
+        .headers()
+        .get(header::ORIGIN)
+        .and_then(|v| v.to_str().ok());
+    if let Err(why) = app.origin.check(host.as_deref(), origin) {
+        tracing::info!(%why, "request refused (DNS-rebinding protection)");
+        return FrontError::Forbidden(why).into_response();
+    }
+    // The Origin passed the policy: browsers may talk to us (CORS). Preflights never
+    // need a session or credentials.
+    let cors_origin = origin.and_then(|o| HeaderValue::from_str(o).ok());
+    let mut resp = if req.method() == Method::OPTIONS && cors_origin.is_some() {
+        let mut r = StatusCode::NO_CONTENT.into_response();
+        let h = r.headers_mut();
+        h.insert(
+            header::ACCESS_CONTROL_ALLOW_METHODS,
+            HeaderValue::from_static("GET, POST, DELETE, OPTIONS"),
+        );
+        h.insert(
+            header::ACCESS_CONTROL_ALLOW_HEADERS,
+            HeaderValue::from_static(
+                "Authorization, X-API-Key, Content-Type, Accept, Mcp-Session-Id, MCP-Protocol-Version, Last-Event-ID, Mcp-Method, Mcp-Name",
+            ),
+        );
+        h.insert(
+            header::ACCESS_CONTROL_MAX_AGE,
+            HeaderValue::from_static("600"),
+        );
+        r
+    } else {
+        next.run(req).await
+    };
+    if let Some(o) = cors_origin {
+        let h = resp.headers_mut();
+        h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, o);
+        h.insert(
+            header::ACCESS_CONTROL_EXPOSE_HEADERS,
+            HeaderValue::from_static("Mcp-Session-Id, MCP-Protocol-Version, WWW-Authenticate"),
+        );
+        h.append(header::VARY, HeaderValue::from_static("Origin"));
+    }
+    resp
+}

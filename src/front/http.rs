@@ -1,0 +1,102 @@
+//! HTTP building blocks of the front door: what a client's `Accept` allows, bodies
+//! read within the limit, JSON and SSE responses.
+
+use super::*;
+
+pub(super) fn json_response(body: String) -> HttpResponse {
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        body,
+    )
+        .into_response()
+}
+
+pub(super) fn sse_response(
+    body: impl futures::Stream<Item = Result<bytes::Bytes, std::convert::Infallible>> + Send + 'static,
+) -> HttpResponse {
+    with_sse_headers(HttpResponse::new(Body::from_stream(body)))
+}
+
+/// Marks a response as an SSE stream (type, no caching, no proxy buffering).
+pub(super) fn with_sse_headers(mut resp: HttpResponse) -> HttpResponse {
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("no-cache, no-transform"),
+    );
+    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    resp
+}
+
+/// What the client's `Accept` allows.
+#[derive(Clone, Copy)]
+pub(crate) struct Accepts {
+    pub(super) json: bool,
+    pub(super) sse: bool,
+}
+
+impl Accepts {
+    pub(super) fn from(headers: &HeaderMap) -> Self {
+        let mut json = false;
+        let mut sse = false;
+        let mut any = false;
+        let values: Vec<&str> = headers
+            .get_all(header::ACCEPT)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .collect();
+        if values.is_empty() {
+            // Lenient: a client that states nothing accepts what it gets.
+            return Self {
+                json: true,
+                sse: true,
+            };
+        }
+        for part in values.iter().flat_map(|v| v.split(',')) {
+            let mime = part
+                .split(';')
+                .next()
+                .unwrap_or_default()
+                .trim()
+                .to_ascii_lowercase();
+            match mime.as_str() {
+                "application/json" | "application/*" => json = true,
+                "text/event-stream" | "text/*" => sse = true,
+                "*/*" => any = true,
+                _ => {}
+            }
+        }
+        Self {
+            json: json || any,
+            sse: sse || any,
+        }
+    }
+}
+
+/// Reads a request body within the configured limit.
+pub(crate) async fn read_body(
+    app: &App,
+    body: Body,
+    headers: &HeaderMap,
+) -> Result<bytes::Bytes, FrontError> {
+    let limit = app.cfg.server.max_body_bytes;
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return Err(FrontError::TooLarge(limit));
+    }
+    axum::body::to_bytes(body, limit)
+        .await
+        .map_err(|_| FrontError::TooLarge(limit))
+}
+
+pub(super) fn session_header(headers: &HeaderMap) -> Option<&str> {
+    headers.get("mcp-session-id").and_then(|v| v.to_str().ok())
+}

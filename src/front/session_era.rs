@@ -1,0 +1,520 @@
+//! The session era on the MCP endpoint (2025-03-26 … 2025-11-25): POST (single
+//! messages and, in 2025-03-26, batches), the GET stream with `Last-Event-ID`
+//! resumption, DELETE; `initialize` opens a session. Requests of the stateless era
+//! are handed to [`super::stateless`].
+
+use super::*;
+
+pub(super) fn lookup(
+    app: &App,
+    principal: &Principal,
+    headers: &HeaderMap,
+) -> Result<Arc<Session>, FrontError> {
+    let Some(id) = session_header(headers) else {
+        return Err(FrontError::BadRequest(
+            "Mcp-Session-Id header is required".into(),
+        ));
+    };
+    // Someone else's session is as unknown as one never issued: 404, not 403.
+    match app.sessions.get(id, principal.as_str()) {
+        Ok(s) if !s.legacy => Ok(s),
+        _ => Err(FrontError::SessionNotFound),
+    }
+}
+
+pub(super) fn check_version_header(headers: &HeaderMap) -> Result<(), FrontError> {
+    let Some(v) = headers.get("mcp-protocol-version") else {
+        return Ok(());
+    };
+    let v = v.to_str().unwrap_or_default();
+    if SESSION_VERSIONS.contains(&v) {
+        Ok(())
+    } else {
+        Err(FrontError::UnsupportedVersion(v.chars().take(40).collect()))
+    }
+}
+
+pub(super) async fn mcp(
+    State(app): State<Arc<App>>,
+    Extension(principal): Extension<Principal>,
+    req: HttpRequest,
+) -> HttpResponse {
+    let method = req.method().clone();
+    match method {
+        Method::POST => post(app, principal, req).await,
+        Method::GET => get_stream(app, &principal, req.headers()),
+        Method::DELETE => delete(app, &principal, req.headers()).await,
+        _ => FrontError::MethodNotAllowed.into_response(),
+    }
+}
+
+/// A POST to the MCP endpoint, in phases: what the client accepts and sent
+/// (406 / 415), the body (413, 400 / -32700), which era and session it belongs to,
+/// then the message itself.
+pub(super) async fn post(app: Arc<App>, principal: Principal, req: HttpRequest) -> HttpResponse {
+    let (parts, body) = req.into_parts();
+    let headers = parts.headers;
+    let accepts = match negotiate(&headers) {
+        Ok(a) => a,
+        Err(e) => return e.into_response(),
+    };
+    let incoming = match read_message(&app, body, &headers).await {
+        Ok(i) => i,
+        Err(e) => return e.into_response(),
+    };
+    match classify(&app, &principal, &headers, incoming) {
+        Target::Stateless(m) => stateless::post(app, principal, &headers, m, accepts).await,
+        Target::Initialize(r) => match check_version_header(&headers) {
+            Ok(()) => initialize(app, principal, r, accepts).await,
+            Err(e) => e.into_response(),
+        },
+        Target::Session(session, incoming) => {
+            if let Err(e) = check_version_header(&headers) {
+                return e.into_response();
+            }
+            match incoming {
+                Incoming::Single(m) => single(app, session, m, accepts).await,
+                Incoming::Batch(ms) if session.version() == Some("2025-03-26") => {
+                    batch(app, session, ms, accepts).await
+                }
+                Incoming::Batch(_) => FrontError::Invalid(
+                    "JSON-RPC batches are only accepted in protocol 2025-03-26".into(),
+                )
+                .into_response(),
+            }
+        }
+        Target::Refused(e) => e.into_response(),
+    }
+}
+
+/// What the client's `Accept` allows (406 if neither JSON nor SSE) and whether it
+/// sent JSON (415).
+fn negotiate(headers: &HeaderMap) -> Result<Accepts, FrontError> {
+    let accepts = Accepts::from(headers);
+    if !accepts.json && !accepts.sse {
+        return Err(FrontError::NotAcceptable(
+            "Client must accept application/json or text/event-stream",
+        ));
+    }
+    let ctype = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    if !ctype.to_ascii_lowercase().starts_with("application/json") {
+        return Err(FrontError::UnsupportedMediaType);
+    }
+    Ok(accepts)
+}
+
+/// The body, within the limit, parsed once into JSON-RPC messages.
+async fn read_message(app: &App, body: Body, headers: &HeaderMap) -> Result<Incoming, FrontError> {
+    let body = read_body(app, body, headers).await?;
+    Incoming::parse(&body).map_err(FrontError::from)
+}
+
+/// Where a POST goes.
+enum Target {
+    /// A stateless-era message (no live session of this caller named).
+    Stateless(Message),
+    /// `initialize` without a live session: opens one.
+    Initialize(Request),
+    /// Anything for the caller's live session.
+    Session(Arc<Session>, Incoming),
+    /// No session, or one that is not the caller's.
+    Refused(FrontError),
+}
+
+/// Decides the era and session of a message. The session named by
+/// `Mcp-Session-Id` is looked up once. A stateless-era request is served as such;
+/// a session id on it is ignored unless it names a live session of this caller
+/// (as the era asks of servers). `initialize` on a live session is dispatched like
+/// any request (and refused there as "already initialized").
+fn classify(app: &App, principal: &Principal, headers: &HeaderMap, incoming: Incoming) -> Target {
+    match (lookup(app, principal, headers), incoming) {
+        (Ok(session), incoming) => Target::Session(session, incoming),
+        (Err(_), Incoming::Single(m)) if stateless::is_stateless(headers, &m) => {
+            Target::Stateless(m)
+        }
+        (Err(_), Incoming::Single(Message::Request(r))) if r.method == "initialize" => {
+            Target::Initialize(r)
+        }
+        (Err(e), _) => Target::Refused(e),
+    }
+}
+
+pub(super) async fn initialize(
+    app: Arc<App>,
+    principal: Principal,
+    req: Request,
+    accepts: Accepts,
+) -> HttpResponse {
+    let init = match ClientInit::parse(req.params.as_deref()) {
+        Ok(i) => i,
+        Err(e) => {
+            let body = Response::err(Some(req.id), &e).to_json();
+            return (
+                StatusCode::BAD_REQUEST,
+                [(header::CONTENT_TYPE, "application/json")],
+                body,
+            )
+                .into_response();
+        }
+    };
+    if app.stopping.is_cancelled() {
+        return FrontError::Unavailable("Gantry is shutting down").into_response();
+    }
+    let session = match app.sessions.create(principal.as_str(), false) {
+        Ok(s) => s,
+        Err(SessionError::Full | SessionError::NotFound) => {
+            return FrontError::Unavailable("Too many sessions; try again later").into_response();
+        }
+    };
+    let answer = establish(&app, &session, &init, req.id).await;
+    let failed = answer.outcome.is_err();
+    let body = answer.to_json();
+    let mut resp = if accepts.json {
+        json_response(body)
+    } else {
+        with_sse_headers(HttpResponse::new(Body::from(crate::sse::message_event(
+            None, &body,
+        ))))
+    };
+    if failed {
+        app.sessions.end(&session.id).await;
+    } else if let Ok(v) = HeaderValue::from_str(&session.id) {
+        resp.headers_mut().insert("mcp-session-id", v);
+        tracing::info!(session = %session.id, %principal, version = ?session.version(), client = %init.client_info, "session started");
+    }
+    resp
+}
+
+/// Connects a session to its backends and builds the answer to `initialize`.
+pub(crate) async fn establish(
+    app: &App,
+    session: &Arc<Session>,
+    init: &ClientInit,
+    id: RequestId,
+) -> Response {
+    let owner: Sink = session.standalone_sink();
+    match app
+        .router
+        .open_session(
+            init,
+            crate::router::Caller::SESSION,
+            &session.principal,
+            owner,
+            &session.cancel,
+        )
+        .await
+    {
+        Ok((route, result)) => {
+            session.establish(
+                init.negotiated().to_owned(),
+                init.capabilities.clone(),
+                route,
+            );
+            Response::ok(id, crate::jsonrpc::to_raw(&result))
+        }
+        Err(e) => Response::err(Some(id), &RpcError::new(code::BACKEND_ERROR, e.to_string())),
+    }
+}
+
+/// Handles a client notification or response. Returns nothing: they get 202.
+pub(crate) fn absorb(app: &App, session: &Session, m: Message) {
+    match m {
+        Message::Notification(n) => notification(app, session, n),
+        Message::Response(r) => {
+            let Some(id) = r.id else { return };
+            if !session.answer(&id, r.outcome) {
+                tracing::debug!(session = %session.id, ?id, "client answered no pending request; dropped");
+            }
+        }
+        Message::Request(_) => {}
+    }
+}
+
+pub(super) fn notification(app: &App, session: &Session, n: Notification) {
+    match n.method.as_str() {
+        "notifications/initialized" => {}
+        "notifications/cancelled" => {
+            let id = n
+                .params
+                .as_deref()
+                .and_then(|p| {
+                    serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(p.get()).ok()
+                })
+                .and_then(|p| p.get("requestId").cloned())
+                .and_then(|v| RequestId::from_raw(crate::jsonrpc::to_raw(&v)).ok());
+            if let Some(id) = id {
+                let n = session.cancel_request(&id);
+                tracing::debug!(session = %session.id, ?id, cancelled = n, "client cancelled a request");
+            }
+        }
+        _ => {
+            if let Some(route) = session.route() {
+                app.router.notify(route, &n);
+            }
+        }
+    }
+}
+
+/// Runs one client request to its response (or `None` if it was cancelled).
+pub(crate) async fn run_call(
+    app: &App,
+    session: &Arc<Session>,
+    req: Request,
+    sink: Sink,
+) -> Option<Response> {
+    let guard = session.track(&req.id);
+    run_tracked(app, session, req, sink, guard).await
+}
+
+/// Like [`run_call`], for a request already registered for cancellation (so a
+/// `notifications/cancelled` racing the spawn of its task still reaches it).
+pub(crate) async fn run_tracked(
+    app: &App,
+    session: &Arc<Session>,
+    req: Request,
+    sink: Sink,
+    guard: crate::session::InflightGuard,
+) -> Option<Response> {
+    let client = session.client_view();
+    run_tracked_as(app, session, req, sink, guard, client).await
+}
+
+/// Like [`run_tracked`], on behalf of `client` (a stateless-era client on its
+/// principal's internal session).
+pub(crate) async fn run_tracked_as(
+    app: &App,
+    session: &Arc<Session>,
+    req: Request,
+    sink: Sink,
+    guard: crate::session::InflightGuard,
+    client: crate::call::ClientView,
+) -> Option<Response> {
+    let _call = app.call_guard();
+    let ctx = CallCtx {
+        sink,
+        cancel: guard.token(),
+        client,
+    };
+    let Some(route) = session.route() else {
+        return Some(Response::err(
+            Some(req.id),
+            &RpcError::new(code::INVALID_REQUEST, "the session is not initialized"),
+        ));
+    };
+    let method = metrics::method_label(&req.method);
+    let started = tokio::time::Instant::now();
+    let resp = app.router.dispatch(route, req, ctx).await;
+    let outcome = match &resp {
+        None => Outcome::Cancelled,
+        Some(r) if r.outcome.is_err() => Outcome::Error,
+        Some(_) => Outcome::Ok,
+    };
+    app.metrics
+        .observe_request(method, outcome, started.elapsed());
+    resp
+}
+
+pub(super) async fn single(
+    app: Arc<App>,
+    session: Arc<Session>,
+    m: Message,
+    accepts: Accepts,
+) -> HttpResponse {
+    let req = match m {
+        Message::Request(r) => r,
+        other => {
+            absorb(&app, &session, other);
+            return StatusCode::ACCEPTED.into_response();
+        }
+    };
+    if req.method == "ping" || !accepts.sse {
+        // Answered as one JSON object; nested traffic (if any) uses the GET stream.
+        let sink = session.standalone_sink();
+        return match run_call(&app, &session, req, sink).await {
+            Some(r) => json_response(r.to_json()),
+            None => StatusCode::ACCEPTED.into_response(),
+        };
+    }
+    let stream = session.open_stream();
+    // The call runs right here while it is quick (no task hop); if it sends anything
+    // before its response, or is still running after QUICK_WINDOW, it moves to its
+    // own task and the client gets the live, resumable stream from its first event.
+    // Dropping the handler (the client went away) also moves it: a disconnect is not
+    // a cancellation.
+    let mut call = InlineCall(Some(Box::pin(call_task(
+        app.clone(),
+        session.clone(),
+        req,
+        stream.clone(),
+    ))));
+    let finished = match call.0.as_mut() {
+        Some(fut) => tokio::select! {
+            biased;
+            _ = fut => true,
+            _ = stream.wait_event(QUICK_WINDOW) => false,
+        },
+        None => false,
+    };
+    if finished {
+        call.0 = None;
+    }
+    drop(call);
+    // A quick call with nothing but its response: a complete SSE body written at once
+    // (priming event and response), no stream kept.
+    if let Some(only) = stream.final_within(Duration::ZERO).await {
+        session.forget_stream(stream.id);
+        let mut body = String::with_capacity(only.len() + 96);
+        if let Some(retry) = app.body_options(&session, true, true).priming {
+            body.push_str(&format!(
+                "id: {}_0\nretry: {}\ndata: \n\n",
+                stream.id,
+                retry.as_millis()
+            ));
+        }
+        body.push_str(&crate::sse::message_event(
+            Some(&format!("{}_1", stream.id)),
+            &only,
+        ));
+        // A complete body: sent with Content-Length, the connection stays open.
+        return with_sse_headers(HttpResponse::new(Body::from(body)));
+    }
+    let opts = app.body_options(&session, true, true);
+    sse_response(sse_body(stream, 0, opts))
+}
+
+/// How long a request may run inline and be answered in one write rather than streamed.
+pub(super) const QUICK_WINDOW: Duration = Duration::from_millis(25);
+
+/// A call being run inline by its HTTP handler; if dropped unfinished, it moves to
+/// its own task.
+pub(super) struct InlineCall(
+    Option<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>>,
+);
+
+impl Drop for InlineCall {
+    fn drop(&mut self) {
+        if let Some(f) = self.0.take() {
+            tokio::spawn(f);
+        }
+    }
+}
+
+/// A call that writes its response into `stream`, then closes it. Registered for
+/// cancellation at once, before it is first polled.
+pub(super) fn call_task(
+    app: Arc<App>,
+    session: Arc<Session>,
+    req: Request,
+    stream: Arc<EventStream>,
+) -> impl std::future::Future<Output = ()> + Send + 'static {
+    let guard = session.track(&req.id);
+    async move {
+        let sink = session.sink_for(stream.clone());
+        let resp = run_tracked(&app, &session, req, sink, guard).await;
+        stream.finish(resp.map(|r| r.to_json()));
+    }
+}
+
+pub(super) async fn batch(
+    app: Arc<App>,
+    session: Arc<Session>,
+    ms: Vec<Message>,
+    accepts: Accepts,
+) -> HttpResponse {
+    let mut requests = Vec::new();
+    for m in ms {
+        match m {
+            Message::Request(r) if r.method == "initialize" => {
+                return FrontError::Invalid("initialize must not be part of a batch".into())
+                    .into_response();
+            }
+            Message::Request(r) => requests.push(r),
+            other => absorb(&app, &session, other),
+        }
+    }
+    if requests.is_empty() {
+        return StatusCode::ACCEPTED.into_response();
+    }
+    if !accepts.sse {
+        let sink = session.standalone_sink();
+        let answers = futures::future::join_all(
+            requests
+                .into_iter()
+                .map(|r| run_call(&app, &session, r, sink.clone())),
+        )
+        .await;
+        let parts: Vec<String> = answers.into_iter().flatten().map(|r| r.to_json()).collect();
+        return json_response(format!("[{}]", parts.join(",")));
+    }
+    let stream = session.open_stream();
+    {
+        let (app, session, stream) = (app.clone(), session.clone(), stream.clone());
+        tokio::spawn(async move {
+            let sink = session.sink_for(stream.clone());
+            let calls = requests.into_iter().map(|r| {
+                let (app, session, sink, stream) = (&app, &session, sink.clone(), &stream);
+                async move {
+                    if let Some(resp) = run_call(app, session, r, sink).await {
+                        stream.push(resp.to_json());
+                    }
+                }
+            });
+            futures::future::join_all(calls).await;
+            stream.close();
+        });
+    }
+    let opts = app.body_options(&session, true, true);
+    sse_response(sse_body(stream, 0, opts))
+}
+
+pub(super) fn get_stream(
+    app: Arc<App>,
+    principal: &Principal,
+    headers: &HeaderMap,
+) -> HttpResponse {
+    if !Accepts::from(headers).sse {
+        return FrontError::NotAcceptable("Client must accept text/event-stream").into_response();
+    }
+    let session = match lookup(&app, principal, headers) {
+        Ok(s) => s,
+        Err(e) => return e.into_response(),
+    };
+    if let Err(e) = check_version_header(headers) {
+        return e.into_response();
+    }
+    if let Some(last) = headers.get("last-event-id") {
+        let parsed = last
+            .to_str()
+            .ok()
+            .and_then(|s| s.split_once('_'))
+            .and_then(|(a, b)| Some((a.parse::<u64>().ok()?, b.parse::<u64>().ok()?)));
+        let Some((stream_id, seq)) = parsed else {
+            return FrontError::BadRequest("invalid Last-Event-ID".into()).into_response();
+        };
+        let Some(stream) = session.stream(stream_id) else {
+            return FrontError::StreamGone.into_response();
+        };
+        let opts = app.body_options(&session, true, false);
+        return sse_response(sse_body(stream, seq, opts));
+    }
+    let after = session.standalone.delivered();
+    let opts = app.body_options(&session, true, true);
+    sse_response(sse_body(session.standalone.clone(), after, opts))
+}
+
+pub(super) async fn delete(
+    app: Arc<App>,
+    principal: &Principal,
+    headers: &HeaderMap,
+) -> HttpResponse {
+    let session = match lookup(&app, principal, headers) {
+        Ok(s) => s,
+        Err(e) => return e.into_response(),
+    };
+    app.sessions.end(&session.id).await;
+    tracing::info!(session = %session.id, %principal, "session ended by the client");
+    StatusCode::OK.into_response()
+}
