@@ -1,0 +1,332 @@
+//! The configuration file as written: every table and key, with its meaning, unit
+//! and default (serde, unknown keys refused).
+
+use super::*;
+
+/// The configuration file as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigFile {
+    /// The HTTP front door.
+    #[serde(default)]
+    pub server: ServerConfig,
+    /// How names of several backends are combined.
+    #[serde(default)]
+    pub namespacing: NamespacingConfig,
+    /// The MCP servers behind Gantry.
+    #[serde(default)]
+    pub backends: Vec<BackendConfig>,
+    /// Who may call Gantry. Default: no keys, every caller is anonymous.
+    #[serde(default)]
+    pub auth: AuthConfig,
+}
+
+/// The HTTP front door.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// Address to listen on. Default `127.0.0.1:8080`.
+    pub listen: String,
+    /// Path of the MCP endpoint. Default `/mcp`.
+    pub path: String,
+    /// Host header values accepted (host or host:port; `*` accepts any). Default: when
+    /// bound to loopback, `localhost`, `127.0.0.1` and `[::1]` on any port; otherwise any.
+    pub allowed_hosts: Vec<String>,
+    /// Origin header values accepted (e.g. `https://app.example.com`; `*` accepts any).
+    /// A request without Origin is always accepted; a same-origin one too. Default: when
+    /// bound to loopback, loopback origins on any port.
+    pub allowed_origins: Vec<String>,
+    /// Largest accepted request body, in bytes. Default 4 MiB.
+    pub max_body_bytes: usize,
+    /// A session unused for this long is ended. Default `30m`.
+    #[serde(with = "humantime_serde")]
+    pub session_idle_timeout: Duration,
+    /// At most this many live sessions; more get 503. Default 10000.
+    pub max_sessions: usize,
+    /// Interval of SSE keep-alive comments. Default `15s`.
+    #[serde(with = "humantime_serde")]
+    pub sse_keepalive: Duration,
+    /// Events kept per SSE stream for `Last-Event-ID` resumption. Default 256.
+    pub event_buffer: usize,
+    /// `retry` (reconnect delay) announced on resumable streams. Default `1s`.
+    #[serde(with = "humantime_serde")]
+    pub sse_retry: Duration,
+    /// Serve the legacy 2024-11-05 HTTP+SSE transport at `/sse` + `/messages`. Default true.
+    pub legacy_sse: bool,
+    /// Serve Prometheus metrics at `/metrics` (outside the Host and auth checks, like
+    /// the health endpoints). Default true.
+    pub metrics: bool,
+    /// On SIGTERM, how long in-flight requests may take to finish. Default `10s`.
+    #[serde(with = "humantime_serde")]
+    pub shutdown_grace: Duration,
+    /// Stateless-era (2026-07-28) clients: how long a call that asked the client for
+    /// input (`input_required`) waits for the client's retry before it is cancelled.
+    /// Default `5m`.
+    #[serde(with = "humantime_serde")]
+    pub input_timeout: Duration,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:8080".into(),
+            path: "/mcp".into(),
+            allowed_hosts: Vec::new(),
+            allowed_origins: Vec::new(),
+            max_body_bytes: 4 * 1024 * 1024,
+            session_idle_timeout: Duration::from_secs(30 * 60),
+            max_sessions: 10_000,
+            sse_keepalive: Duration::from_secs(15),
+            event_buffer: 256,
+            sse_retry: Duration::from_secs(1),
+            legacy_sse: true,
+            metrics: true,
+            shutdown_grace: Duration::from_secs(10),
+            input_timeout: Duration::from_secs(5 * 60),
+        }
+    }
+}
+
+/// How the names of several backends are combined into one catalog.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NamespacingConfig {
+    /// Between backend name and tool/prompt name. Default `__`.
+    pub separator: String,
+}
+
+impl Default for NamespacingConfig {
+    fn default() -> Self {
+        Self {
+            separator: "__".into(),
+        }
+    }
+}
+
+/// Who may call Gantry (`[auth]`).
+#[derive(Debug, Default, Deserialize, Clone)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    /// Static API keys (`[[auth.api_keys]]`). Empty (default): authentication is off
+    /// and every caller is the one anonymous principal. Otherwise every request to
+    /// the MCP endpoint and the legacy transport must present one of these keys.
+    pub api_keys: Vec<ApiKeyConfig>,
+}
+
+/// One API key, stored as its SHA-256 only (`printf %s KEY | sha256sum`).
+#[derive(Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct ApiKeyConfig {
+    /// Whom the key identifies: 1-64 characters of `A-Z a-z 0-9 _ - . @`; not
+    /// `anonymous`. Several keys may name one principal (rotation).
+    pub principal: String,
+    /// SHA-256 of the key, 64 hexadecimal characters (either case). Unique.
+    pub sha256: String,
+}
+
+impl std::fmt::Debug for ApiKeyConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiKeyConfig")
+            .field("principal", &self.principal)
+            .field("sha256", &"<redacted>")
+            .finish()
+    }
+}
+
+/// One MCP server behind Gantry: exactly one of `stdio` or `http`.
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct BackendConfig {
+    /// Unique name; also the namespace prefix (`[A-Za-z0-9_-]`, 1–32 chars).
+    pub name: String,
+    /// Run a local child process speaking MCP on stdin/stdout.
+    pub stdio: Option<StdioConfig>,
+    /// Connect to a Streamable HTTP MCP server.
+    pub http: Option<HttpConfig>,
+    /// A request without an answer after this long fails and is cancelled upstream.
+    /// Default `60s`.
+    #[serde(default = "default_request_timeout", with = "humantime_serde")]
+    pub request_timeout: Duration,
+    /// Starting and initializing the backend must finish within this. Default `30s`.
+    #[serde(default = "default_init_timeout", with = "humantime_serde")]
+    pub init_timeout: Duration,
+    /// Largest message accepted from the backend, in bytes. Default 16 MiB.
+    #[serde(default = "default_max_message_bytes")]
+    pub max_message_bytes: usize,
+    /// `per-session` (default; one connection per client session, exact attribution of
+    /// server→client traffic), `shared` (one connection for all sessions) or
+    /// `per-user` (one connection per principal).
+    #[serde(default)]
+    pub session_mode: SessionMode,
+    /// Which protocol era the backend speaks: `auto` (default: probe with
+    /// `server/discover`, fall back to `initialize`; the answer is remembered for the
+    /// backend's later connections), `session` (initialize only, never probed) or
+    /// `stateless` (2026-07-28 only).
+    #[serde(default)]
+    pub era: Era,
+    /// Client capabilities Gantry declares to a `shared` or `per-user` backend
+    /// (e.g. `{ roots = {} }`). Default `{}`: such a backend is not offered sampling,
+    /// elicitation or roots, since its requests cannot always be attributed to one
+    /// client. (`per-session` backends get the client's own capabilities.)
+    #[serde(default = "empty_table")]
+    pub client_capabilities: serde_json::Value,
+    /// Crash restart backoff.
+    #[serde(default)]
+    pub restart: RestartConfig,
+    /// Connection limits and the warm pool.
+    #[serde(default)]
+    pub pool: PoolConfig,
+}
+
+/// Limits on a backend's connections, and warm connections kept ready.
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields, default)]
+pub struct PoolConfig {
+    /// Connections started ahead of need for `per-session` / `per-user` backends, so a
+    /// new session does not wait for a process to start. They are initialized as
+    /// Gantry (with `client_capabilities`), not as the client that later adopts one.
+    /// Default 0.
+    pub min_idle: usize,
+    /// A warm connection older than this is replaced, and a `shared` connection older
+    /// than this takes no new sessions (a new one is started for them; the old one
+    /// stops when its last session ends). Default `1h`.
+    #[serde(with = "humantime_serde")]
+    pub max_lifetime: Duration,
+    /// At most this many live connections (processes / HTTP sessions) of this backend;
+    /// a session that would need another gets a clear error. 0 = no limit. Default 0.
+    pub max_connections: usize,
+    /// Requests in flight at once on one connection (many stdio servers handle one at
+    /// a time). 0 = no limit. Default 0.
+    pub max_in_flight: usize,
+    /// Requests that may wait for an in-flight slot; beyond it a request is refused at
+    /// once with "busy". Waiting counts against `request_timeout`. Default 64.
+    pub queue: usize,
+}
+
+impl Default for PoolConfig {
+    fn default() -> Self {
+        Self {
+            min_idle: 0,
+            max_lifetime: Duration::from_secs(3600),
+            max_connections: 0,
+            max_in_flight: 0,
+            queue: 64,
+        }
+    }
+}
+
+pub(super) fn empty_table() -> serde_json::Value {
+    serde_json::Value::Object(serde_json::Map::new())
+}
+
+pub(super) fn default_request_timeout() -> Duration {
+    Duration::from_secs(60)
+}
+pub(super) fn default_init_timeout() -> Duration {
+    Duration::from_secs(30)
+}
+pub(super) fn default_max_message_bytes() -> usize {
+    16 * 1024 * 1024
+}
+
+/// How client sessions map onto backend connections.
+#[derive(Debug, Deserialize, Clone, Copy, PartialEq, Eq, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum SessionMode {
+    /// One backend connection (process / HTTP session) per client session.
+    #[default]
+    PerSession,
+    /// One backend connection shared by every client session.
+    Shared,
+    /// One backend connection per authenticated principal, shared by its sessions.
+    PerUser,
+}
+
+/// The protocol era of a backend.
+#[derive(Debug, Deserialize, Clone, Copy, PartialEq, Eq, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum Era {
+    /// Detect at connect: `server/discover`, falling back to `initialize`.
+    #[default]
+    Auto,
+    /// Session era (`initialize`, 2024-11-05 … 2025-11-25).
+    Session,
+    /// Stateless era (2026-07-28: per-request `_meta`, no session).
+    Stateless,
+}
+
+/// Restart policy of a crashed backend.
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields, default)]
+pub struct RestartConfig {
+    /// First delay before a restart. Default `200ms`.
+    #[serde(with = "humantime_serde")]
+    pub initial_backoff: Duration,
+    /// Largest delay between restarts (doubling from the initial one). Default `30s`.
+    #[serde(with = "humantime_serde")]
+    pub max_backoff: Duration,
+}
+
+impl Default for RestartConfig {
+    fn default() -> Self {
+        Self {
+            initial_backoff: Duration::from_millis(200),
+            max_backoff: Duration::from_secs(30),
+        }
+    }
+}
+
+/// A stdio backend: a child process.
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct StdioConfig {
+    /// The program to run (looked up in `PATH`).
+    pub command: String,
+    /// Its arguments.
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Variables set for the child (values may use `${VAR}`).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Variables passed through from Gantry's own environment. Default: `PATH`, `HOME`,
+    /// `USER`, `LANG`, `LC_ALL`, `TERM`, `TMPDIR`, `TZ`, `NODE_PATH`, `NPM_CONFIG_CACHE`,
+    /// `XDG_CACHE_HOME`, `XDG_CONFIG_HOME`, `XDG_DATA_HOME`. Nothing else leaks.
+    #[serde(default = "default_inherit_env")]
+    pub inherit_env: Vec<String>,
+    /// Working directory. Default: Gantry's.
+    pub cwd: Option<PathBuf>,
+}
+
+/// Environment variables a child inherits unless configured otherwise.
+pub fn default_inherit_env() -> Vec<String> {
+    [
+        "PATH",
+        "HOME",
+        "USER",
+        "LANG",
+        "LC_ALL",
+        "TERM",
+        "TMPDIR",
+        "TZ",
+        "NODE_PATH",
+        "NPM_CONFIG_CACHE",
+        "XDG_CACHE_HOME",
+        "XDG_CONFIG_HOME",
+        "XDG_DATA_HOME",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect()
+}
+
+/// A Streamable HTTP backend.
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct HttpConfig {
+    /// The backend's MCP endpoint URL.
+    pub url: String,
+    /// Extra headers sent with every request (values may use `${VAR}`), e.g. the
+    /// backend's own credentials. A client's token is never forwarded.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+}

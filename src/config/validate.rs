@@ -1,0 +1,331 @@
+//! From the file as written to the validated [`Config`]: every problem reported with
+//! its key path, `${VAR}` interpolation, and the backends the command line adds.
+
+use super::*;
+
+impl ConfigFile {
+    /// Validates and resolves the file; `env` looks up `${VAR}` references.
+    pub fn validate(
+        mut self,
+        origin: &str,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
+        let mut problems = Vec::new();
+        let listen = match self.server.listen.parse::<SocketAddr>() {
+            Ok(a) => Some(a),
+            Err(_) => {
+                problems.push(format!(
+                    "server.listen: `{}` is not an address like 127.0.0.1:8080",
+                    self.server.listen
+                ));
+                None
+            }
+        };
+        if !self.server.path.starts_with('/') || self.server.path.len() < 2 {
+            problems.push(format!(
+                "server.path: `{}` must start with `/` and name a path, like /mcp",
+                self.server.path
+            ));
+        }
+        if ["/healthz", "/readyz", "/metrics", "/sse", "/messages"]
+            .contains(&self.server.path.as_str())
+        {
+            problems.push(format!(
+                "server.path: `{}` is already used by Gantry; choose another, like /mcp",
+                self.server.path
+            ));
+        }
+        if self.server.sse_retry < Duration::from_millis(10) {
+            problems.push("server.sse_retry: must be at least 10ms".into());
+        }
+        if self.server.max_body_bytes < 1024 {
+            problems.push("server.max_body_bytes: must be at least 1024".into());
+        }
+        if self.server.max_sessions == 0 {
+            problems.push("server.max_sessions: must be at least 1".into());
+        }
+        if self.server.event_buffer == 0 {
+            problems.push("server.event_buffer: must be at least 1".into());
+        }
+        if self.server.input_timeout < Duration::from_secs(1) {
+            problems.push("server.input_timeout: must be at least 1s".into());
+        }
+        if self.server.session_idle_timeout < Duration::from_secs(1) {
+            problems.push("server.session_idle_timeout: must be at least 1s".into());
+        }
+        if self.server.sse_keepalive < Duration::from_millis(100) {
+            problems.push("server.sse_keepalive: must be at least 100ms".into());
+        }
+        if self.namespacing.separator.is_empty()
+            || !self
+                .namespacing
+                .separator
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        {
+            problems.push(
+                "namespacing.separator: must be non-empty and use only A-Z a-z 0-9 _ -".into(),
+            );
+        }
+        if self.backends.is_empty() {
+            problems.push("backends: at least one backend is needed".into());
+        }
+        let mut seen = std::collections::HashSet::new();
+        for (i, b) in self.backends.iter_mut().enumerate() {
+            let key = format!("backends[{i}]");
+            let valid_name = !b.name.is_empty()
+                && b.name.len() <= 32
+                && b.name
+                    .bytes()
+                    .all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-');
+            if !valid_name {
+                problems.push(format!(
+                    "{key}.name: `{}` must be 1-32 characters of A-Z a-z 0-9 _ -",
+                    b.name
+                ));
+            } else if !seen.insert(b.name.clone()) {
+                problems.push(format!("{key}.name: `{}` is used twice", b.name));
+            }
+            match (&mut b.stdio, &mut b.http) {
+                (Some(_), Some(_)) => {
+                    problems.push(format!("{key}: set either `stdio` or `http`, not both"))
+                }
+                (None, None) => problems.push(format!("{key}: set one of `stdio` or `http`")),
+                (Some(s), None) => {
+                    if s.command.trim().is_empty() {
+                        problems.push(format!("{key}.stdio.command: must not be empty"));
+                    }
+                    for (k, v) in s.env.iter_mut() {
+                        match interpolate(v, env) {
+                            Ok(r) => *v = r,
+                            Err(var) => problems.push(format!(
+                                "{key}.stdio.env.{k}: environment variable `{var}` is not set"
+                            )),
+                        }
+                    }
+                    if let Some(cwd) = &s.cwd {
+                        if !cwd.is_dir() {
+                            problems.push(format!(
+                                "{key}.stdio.cwd: `{}` is not a directory",
+                                cwd.display()
+                            ));
+                        }
+                    }
+                }
+                (None, Some(h)) => {
+                    match interpolate(&h.url, env) {
+                        Ok(u) => h.url = u,
+                        Err(var) => problems.push(format!(
+                            "{key}.http.url: environment variable `{var}` is not set"
+                        )),
+                    }
+                    match reqwest::Url::parse(&h.url) {
+                        Ok(u) if u.scheme() == "http" || u.scheme() == "https" => {}
+                        Ok(u) => problems.push(format!(
+                            "{key}.http.url: scheme `{}` is not http or https",
+                            u.scheme()
+                        )),
+                        Err(e) => problems.push(format!("{key}.http.url: `{}`: {e}", h.url)),
+                    }
+                    for (k, v) in h.headers.iter_mut() {
+                        if http::HeaderName::from_bytes(k.as_bytes()).is_err() {
+                            problems
+                                .push(format!("{key}.http.headers.{k}: not a valid header name"));
+                        }
+                        match interpolate(v, env) {
+                            Ok(r) => {
+                                if http::HeaderValue::from_str(&r).is_err() {
+                                    problems.push(format!(
+                                        "{key}.http.headers.{k}: not a valid header value"
+                                    ));
+                                }
+                                *v = r;
+                            }
+                            Err(var) => problems.push(format!(
+                                "{key}.http.headers.{k}: environment variable `{var}` is not set"
+                            )),
+                        }
+                    }
+                }
+            }
+            if b.request_timeout < Duration::from_millis(10) {
+                problems.push(format!("{key}.request_timeout: must be at least 10ms"));
+            }
+            if b.pool.min_idle > 0 && b.session_mode == SessionMode::Shared {
+                problems.push(format!(
+                    "{key}.pool.min_idle: a shared backend has one connection; a warm pool needs per-session or per-user"
+                ));
+            }
+            if b.pool.max_connections > 0 && b.pool.min_idle > b.pool.max_connections {
+                problems.push(format!(
+                    "{key}.pool.min_idle: must not exceed pool.max_connections"
+                ));
+            }
+            if b.pool.max_lifetime < Duration::from_secs(1) {
+                problems.push(format!("{key}.pool.max_lifetime: must be at least 1s"));
+            }
+            if !b.client_capabilities.is_object() {
+                problems.push(format!("{key}.client_capabilities: must be a table"));
+            }
+            if b.init_timeout < Duration::from_millis(100) {
+                problems.push(format!("{key}.init_timeout: must be at least 100ms"));
+            }
+            if b.restart.initial_backoff < Duration::from_millis(1) {
+                problems.push(format!(
+                    "{key}.restart.initial_backoff: must be at least 1ms"
+                ));
+            }
+            if b.max_message_bytes < 1024 {
+                problems.push(format!("{key}.max_message_bytes: must be at least 1024"));
+            }
+            if b.restart.initial_backoff > b.restart.max_backoff {
+                problems.push(format!(
+                    "{key}.restart: initial_backoff must not exceed max_backoff"
+                ));
+            }
+        }
+        validate_auth(&mut self.auth, &mut problems);
+        match (problems.is_empty(), listen) {
+            (true, Some(listen)) => Ok(Config {
+                server: self.server,
+                listen,
+                namespacing: self.namespacing,
+                backends: self.backends,
+                auth: self.auth,
+            }),
+            _ => Err(ConfigError::Invalid {
+                path: origin.to_owned(),
+                problems,
+            }),
+        }
+    }
+}
+
+/// Checks `[auth]`; lower-cases the digests. A digest's value is never echoed (a key
+/// pasted there by mistake must not reach a terminal or a CI log).
+fn validate_auth(auth: &mut AuthConfig, problems: &mut Vec<String>) {
+    // SHA-256 of the empty string: what `printf %s "$UNSET" | sha256sum` gives.
+    const EMPTY_SHA256: &str = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+    let mut seen: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    for (i, k) in auth.api_keys.iter_mut().enumerate() {
+        let key = format!("auth.api_keys[{i}]");
+        let valid_name = !k.principal.is_empty()
+            && k.principal.len() <= 64
+            && k.principal
+                .bytes()
+                .all(|c| c.is_ascii_alphanumeric() || b"_-.@".contains(&c));
+        if !valid_name {
+            problems.push(format!(
+                "{key}.principal: `{}` must be 1-64 characters of A-Z a-z 0-9 _ - . @",
+                k.principal.escape_debug()
+            ));
+        } else if k.principal == "anonymous" {
+            // crate::auth::ANONYMOUS: the principal of callers when no key is configured.
+            problems.push(format!(
+                "{key}.principal: `anonymous` is reserved; choose another name"
+            ));
+        }
+        k.sha256 = k.sha256.trim().to_ascii_lowercase();
+        if k.sha256.len() != 64 || !k.sha256.bytes().all(|c| c.is_ascii_hexdigit()) {
+            problems.push(format!(
+                "{key}.sha256: must be 64 hexadecimal characters, the SHA-256 of the key \
+                 (`printf %s KEY | sha256sum`); got {} characters",
+                k.sha256.chars().count()
+            ));
+        } else if k.sha256 == EMPTY_SHA256 {
+            problems.push(format!(
+                "{key}.sha256: is the SHA-256 of an empty key; hash the key itself"
+            ));
+        } else if let Some(first) = seen.get(&k.sha256) {
+            problems.push(format!(
+                "{key}.sha256: the same key as auth.api_keys[{first}]; each key must be unique"
+            ));
+        } else {
+            seen.insert(k.sha256.clone(), i);
+        }
+    }
+}
+
+/// Replaces `${VAR}` with the variable's value; `$$` is a literal `$`.
+/// Returns the name of the first missing variable as the error.
+pub fn interpolate(s: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<String, String> {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(pos) = rest.find('$') {
+        out.push_str(rest.get(..pos).unwrap_or_default());
+        let after = rest.get(pos + 1..).unwrap_or_default();
+        if let Some(stripped) = after.strip_prefix('$') {
+            out.push('$');
+            rest = stripped;
+        } else if let Some(body) = after.strip_prefix('{') {
+            match body.find('}') {
+                Some(end) => {
+                    let name = body.get(..end).unwrap_or_default();
+                    match env(name) {
+                        Some(v) => out.push_str(&v),
+                        None => return Err(name.to_owned()),
+                    }
+                    rest = body.get(end + 1..).unwrap_or_default();
+                }
+                None => {
+                    out.push('$');
+                    rest = after;
+                }
+            }
+        } else {
+            out.push('$');
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+/// A backend made from a command line, as `--stdio "cmd args"` gives it.
+pub fn stdio_backend(name: &str, command_line: &str) -> Result<BackendConfig, String> {
+    let words = shlex::split(command_line).ok_or_else(|| {
+        format!("cannot split the command line `{command_line}` (unbalanced quotes?)")
+    })?;
+    let mut it = words.into_iter();
+    let command = it
+        .next()
+        .ok_or_else(|| "the stdio command line is empty".to_owned())?;
+    Ok(BackendConfig {
+        stdio: Some(StdioConfig {
+            command,
+            args: it.collect(),
+            env: BTreeMap::new(),
+            inherit_env: default_inherit_env(),
+            cwd: None,
+        }),
+        ..backend_defaults(name)
+    })
+}
+
+/// A backend made from `--http URL`.
+pub fn http_backend(name: &str, url: &str) -> BackendConfig {
+    BackendConfig {
+        http: Some(HttpConfig {
+            url: url.to_owned(),
+            headers: BTreeMap::new(),
+        }),
+        ..backend_defaults(name)
+    }
+}
+
+/// A backend with every setting at its default and no transport yet.
+fn backend_defaults(name: &str) -> BackendConfig {
+    BackendConfig {
+        name: name.to_owned(),
+        stdio: None,
+        http: None,
+        request_timeout: default_request_timeout(),
+        init_timeout: default_init_timeout(),
+        max_message_bytes: default_max_message_bytes(),
+        session_mode: SessionMode::default(),
+        era: Era::default(),
+        client_capabilities: empty_table(),
+        restart: RestartConfig::default(),
+        pool: PoolConfig::default(),
+    }
+}
