@@ -6,7 +6,7 @@
 pub mod auth;
 pub mod call;
 pub mod config;
-pub mod example;
+
 pub mod front;
 pub mod jsonrpc;
 pub mod mcp;

@@ -178,11 +178,11 @@ fn main() -> std::process::ExitCode {
         Some(Command::CheckConfig { file }) => return check_config(file),
         Some(Command::ExampleServer { session_era_only }) => {
             let eras = if *session_era_only {
-                gantry::example::Eras::SessionOnly
+                gantry_example::Eras::SessionOnly
             } else {
-                gantry::example::Eras::Both
+                gantry_example::Eras::Both
             };
-            return block_on("example server", gantry::example::serve_stdio(eras));
+            return block_on("example server", gantry_example::serve_stdio(eras));
         }
         None => {}
     }

@@ -41,7 +41,7 @@ use rmcp::{
 };
 use serde_json::{json, Value};
 
-use crate::example::state::Eras;
+use crate::state::Eras;
 
 /// The request `_meta` keys of the stateless era (2026-07-28, SEP-2575).
 const STATELESS_META_KEYS: [&str; 4] = [

@@ -45,7 +45,7 @@ use serde_json::{json, Value};
 use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
 
-use crate::example::{
+use crate::{
     fixtures::{self, PNG_BASE64, WAV_BASE64},
     input_required,
     mrtr::{self, Fixture, Outcome, Retry, SessionFailure},

@@ -1,6 +1,6 @@
 //! The MRTR fixtures of the conformance suite (`input-required-result-*`
 //! scenarios, protocol 2026-07-28), as [`Fixture`] state machines that
-//! [`crate::example::mrtr`] runs in either era.
+//! [`crate::mrtr`] runs in either era.
 //!
 //! Every fixture completes as soon as the answers it asked for are present and
 //! well-formed; unknown extra `inputResponses` keys are ignored; a missing answer
@@ -15,7 +15,7 @@ use rmcp::{
 };
 use serde_json::{json, Value};
 
-use crate::example::mrtr::{accepted_text, Ask, Fixture, Round, SessionFailure, Step};
+use crate::mrtr::{accepted_text, Ask, Fixture, Round, SessionFailure, Step};
 
 pub(super) const ELICITATION: &str = "test_input_required_result_elicitation";
 pub(super) const SAMPLING: &str = "test_input_required_result_sampling";
@@ -157,7 +157,7 @@ fn request_state(round: &Round<'_>) -> ToolStep {
 }
 
 /// Like [`request_state`]; the conformance suite tampers with the state and
-/// expects the retry to be rejected (which [`crate::example::mrtr`] does).
+/// expects the retry to be rejected (which [`crate::mrtr`] does).
 fn tampered_state(round: &Round<'_>) -> ToolStep {
     match (round.state(), round.elicited("confirm")?) {
         (Some(_), Some(_)) => done("The requestState passed its integrity check"),

@@ -4,7 +4,7 @@
 use rmcp::model::{JsonObject, Prompt, PromptArgument, Resource, ResourceTemplate, Tool};
 use serde_json::{json, Value};
 
-use crate::example::input_required;
+use crate::input_required;
 
 /// A 1x1 PNG (one teal pixel), base64.
 pub(super) const PNG_BASE64: &str =

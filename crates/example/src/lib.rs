@@ -4,13 +4,14 @@
 //! It implements the fixture of the MCP conformance suite
 //! (`@modelcontextprotocol/conformance`) for protocol 2025-11-25 (session era) and
 //! 2026-07-28 (stateless era), plus two tools for gateway tests: `echo {message}`
-//! and `slow {ms}`. It is built into the library so that `gantry` with no arguments
-//! can serve it as a demo (`gantry example-server` runs it over stdio), and it is
-//! also the `gantry-example` binary.
+//! and `slow {ms}`. It is its own crate, so the gateway library compiles none of it;
+//! the `gantry` executable embeds it as its demo (`gantry example-server` runs it over
+//! stdio), and the `gantry` package builds it as the `gantry-example` binary.
 //!
 //! Both eras are served on one endpoint, as rmcp classifies each message (see
 //! `README.md` beside this file); [`Eras::SessionOnly`] hides the stateless era.
 
+pub mod cli;
 mod fixtures;
 mod input_required;
 mod mrtr;

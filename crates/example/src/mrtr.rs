@@ -35,7 +35,7 @@ use rmcp::{
 use serde::de::DeserializeOwned;
 use serde_json::{json, Map, Value};
 
-use crate::example::state::ServerState;
+use crate::state::ServerState;
 
 /// Rounds a session-era run may take before it gives up (a fixture bug guard).
 const MAX_SESSION_ROUNDS: usize = 10;

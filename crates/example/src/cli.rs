@@ -1,4 +1,5 @@
-//! `gantry-example`: the example MCP server (see `gantry::example`).
+//! The `gantry-example` command line (the binary is built by the `gantry` package,
+//! so Gantry's tests and CI find it next to `gantry`).
 //!
 //! ```text
 //! gantry-example                        # MCP over stdio (newline-delimited JSON-RPC)
@@ -38,8 +39,8 @@ struct Cli {
     session_era_peer_tools: bool,
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+/// Runs the example server as its command line says; returns when it ends.
+pub fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
@@ -49,14 +50,19 @@ async fn main() -> anyhow::Result<()> {
         )
         .init();
     let eras = if cli.session_era_only {
-        gantry::example::Eras::SessionOnly
+        crate::Eras::SessionOnly
     } else if cli.session_era_peer_tools {
-        gantry::example::Eras::BothWithSessionEraPeerTools
+        crate::Eras::BothWithSessionEraPeerTools
     } else {
-        gantry::example::Eras::Both
+        crate::Eras::Both
     };
-    match cli.http {
-        Some(addr) => gantry::example::serve_http(&addr, eras).await,
-        None => gantry::example::serve_stdio(eras).await,
-    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        match cli.http {
+            Some(addr) => crate::serve_http(&addr, eras).await,
+            None => crate::serve_stdio(eras).await,
+        }
+    })
 }

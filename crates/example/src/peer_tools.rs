@@ -6,7 +6,7 @@
 //! - **Session era**: the server sends that request to the client on the session
 //!   and waits for the answer (`server.rs`); unchanged since before 2026-07-28.
 //! - **Stateless era**: there is no peer to ask, so [`PeerTool::round`] runs the
-//!   tool as a one-question MRTR round ([`crate::example::mrtr::run_stateless`]):
+//!   tool as a one-question MRTR round ([`crate::mrtr::run_stateless`]):
 //!   an `InputRequiredResult` with the very request the session era would send,
 //!   under the key [`SAMPLING_KEY`] or [`ELICITATION_KEY`], and a sealed
 //!   `requestState` holding the tool's arguments. The retry carrying the answer
@@ -23,7 +23,7 @@ use rmcp::{
 };
 use serde_json::{json, Value};
 
-use crate::example::{
+use crate::{
     fixtures,
     mrtr::{sampled_text, Ask, Capability, Round, Step},
 };
