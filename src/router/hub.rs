@@ -19,25 +19,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-/// RFC 5424 severities as MCP names them, least severe first.
-pub const LOG_LEVELS: [&str; 8] = [
-    "debug",
-    "info",
-    "notice",
-    "warning",
-    "error",
-    "critical",
-    "alert",
-    "emergency",
-];
-
-/// The rank of a level name (0 = debug … 7 = emergency).
-pub fn level_rank(name: &str) -> Option<u8> {
-    LOG_LEVELS
-        .iter()
-        .position(|l| *l == name)
-        .and_then(|p| u8::try_from(p).ok())
-}
+pub use crate::mcp::methods::{level_rank, LOG_LEVELS};
 
 struct Member {
     sink: Sink,
@@ -289,7 +271,5 @@ mod tests {
         // The verbose session leaves: the backend may go back to the other's level.
         assert_eq!(hub.leave(2).level, Some(3));
         assert_eq!(hub.leave(1).level, None);
-        assert_eq!(level_rank("warning"), Some(3));
-        assert_eq!(level_rank("loud"), None);
     }
 }

@@ -302,15 +302,7 @@ struct StreamSink {
     session: Weak<Session>,
 }
 
-/// The client capability a server→client request needs, if any.
-pub(crate) fn required_capability(method: &str) -> Option<&'static str> {
-    match method {
-        "sampling/createMessage" => Some("sampling"),
-        "elicitation/create" => Some("elicitation"),
-        "roots/list" => Some("roots"),
-        _ => None,
-    }
-}
+pub(crate) use crate::mcp::methods::required_capability;
 
 impl Downstream for StreamSink {
     fn notify(&self, n: Notification) {

@@ -69,24 +69,7 @@ use crate::mcp::{
     META_SUBSCRIPTION_ID as META_SUBSCRIPTION, SESSION_VERSIONS, STATELESS_VERSIONS,
 };
 
-/// Methods of the session era that 2026-07-28 removed.
-const REMOVED: [&str; 5] = [
-    "initialize",
-    "ping",
-    "logging/setLevel",
-    "resources/subscribe",
-    "resources/unsubscribe",
-];
-
-/// Methods whose complete results must say how long they may be cached.
-const CACHEABLE: [&str; 6] = [
-    "server/discover",
-    "tools/list",
-    "prompts/list",
-    "resources/list",
-    "resources/templates/list",
-    "resources/read",
-];
+use crate::mcp::methods::{CACHEABLE, REMOVED_IN_STATELESS as REMOVED};
 
 /// Methods that may answer `input_required`, and the param naming what they act on
 /// (the same field `Mcp-Name` mirrors).
