@@ -6,6 +6,7 @@
 //! See `README.md` beside this file for the two eras and where each rule lives.
 
 pub mod header;
+pub mod listen;
 pub mod methods;
 pub mod param;
 

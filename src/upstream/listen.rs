@@ -6,6 +6,7 @@
 use super::core::{Core, State};
 use super::handshake::own_meta;
 use crate::jsonrpc::to_raw;
+use crate::mcp::listen::ListenFilter;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,31 +38,12 @@ pub(super) async fn keep_listening(core: Arc<Core>, shutdown: CancellationToken)
             }
             continue;
         };
-        let caps = info.capabilities();
-        let on = |p: &str| caps.pointer(p) == Some(&serde_json::Value::Bool(true));
         let (uris, version): (Vec<String>, u64) = {
             let set = core.listen_uris.lock();
             let version = core.listen_version.load(Ordering::Acquire);
-            let uris = if on("/resources/subscribe") {
-                set.iter().cloned().collect()
-            } else {
-                Vec::new()
-            };
-            (uris, version)
+            (set.iter().cloned().collect(), version)
         };
-        let mut filter = serde_json::Map::new();
-        for (key, ptr) in [
-            ("toolsListChanged", "/tools/listChanged"),
-            ("promptsListChanged", "/prompts/listChanged"),
-            ("resourcesListChanged", "/resources/listChanged"),
-        ] {
-            if on(ptr) {
-                filter.insert(key.into(), serde_json::Value::Bool(true));
-            }
-        }
-        if !uris.is_empty() {
-            filter.insert("resourceSubscriptions".into(), serde_json::json!(uris));
-        }
+        let filter = ListenFilter::all_declared(info.capabilities(), uris);
         if filter.is_empty() {
             // Nothing to listen for: nothing to wait for either.
             core.listen_acked.send_if_modified(|acked| {
@@ -78,8 +60,9 @@ pub(super) async fn keep_listening(core: Arc<Core>, shutdown: CancellationToken)
             }
             continue;
         }
-        let params =
-            to_raw(&serde_json::json!({ "notifications": filter, "_meta": own_meta(&core) }));
+        let params = to_raw(
+            &serde_json::json!({ "notifications": filter.to_json(), "_meta": own_meta(&core) }),
+        );
         let cancel = CancellationToken::new();
         let listen = core.send_request(
             gen,

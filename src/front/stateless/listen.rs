@@ -3,47 +3,7 @@
 
 use super::*;
 
-/// What one listen stream asked for (and Gantry honours).
-#[derive(Debug, Clone, Default)]
-pub(super) struct Filter {
-    pub(super) tools: bool,
-    pub(super) prompts: bool,
-    pub(super) resources: bool,
-    pub(super) uris: Vec<String>,
-}
-
-impl Filter {
-    fn wants(&self, n: &Notification) -> bool {
-        match n.method.as_str() {
-            "notifications/tools/list_changed" => self.tools,
-            "notifications/prompts/list_changed" => self.prompts,
-            "notifications/resources/list_changed" => self.resources,
-            "notifications/resources/updated" => {
-                crate::jsonrpc::string_field(n.params.as_deref(), "uri")
-                    .is_some_and(|u| self.uris.contains(&u))
-            }
-            _ => false,
-        }
-    }
-
-    /// The filter as the acknowledgement echoes it.
-    fn to_json(&self) -> Value {
-        let mut m = Map::new();
-        if self.tools {
-            m.insert("toolsListChanged".into(), json!(true));
-        }
-        if self.prompts {
-            m.insert("promptsListChanged".into(), json!(true));
-        }
-        if self.resources {
-            m.insert("resourcesListChanged".into(), json!(true));
-        }
-        if !self.uris.is_empty() {
-            m.insert("resourceSubscriptions".into(), json!(self.uris));
-        }
-        Value::Object(m)
-    }
-}
+use crate::mcp::listen::ListenFilter as Filter;
 
 pub(super) struct Listener {
     pub(super) n: u64,
@@ -83,7 +43,11 @@ impl Listeners {
     pub(super) fn deliver(&self, n: &Notification) {
         let mut list = self.list.lock();
         list.retain(|l| !l.tx.is_closed());
-        for l in list.iter().filter(|l| l.filter.wants(n)) {
+        let uri = crate::jsonrpc::string_field(n.params.as_deref(), "uri");
+        for l in list
+            .iter()
+            .filter(|l| l.filter.wants(&n.method, uri.as_deref()))
+        {
             let event = crate::sse::message_event(None, &tagged(n, &l.subscription));
             if l.tx.try_send(bytes::Bytes::from(event)).is_err() {
                 tracing::warn!(method = %n.method, "listen stream not read fast enough; notification dropped");
@@ -123,58 +87,9 @@ impl Listeners {
 
 /// Honoured subset of a listen request's `notifications`, or a -32602.
 pub(super) fn filter_of(params: &Map<String, Value>, caps: &Value) -> Result<Filter, RpcError> {
-    let asked = match params.get("notifications") {
-        None => Map::new(),
-        Some(Value::Object(m)) => m.clone(),
-        Some(_) => {
-            return Err(RpcError::new(
-                code::INVALID_PARAMS,
-                "params.notifications must be an object",
-            ))
-        }
-    };
-    let flag = |k: &str| asked.get(k).and_then(Value::as_bool).unwrap_or(false);
-    let declared = |p: &str| caps.pointer(p) == Some(&Value::Bool(true));
-    let uris =
-        match asked.get("resourceSubscriptions") {
-            None => Vec::new(),
-            Some(Value::Array(a)) => {
-                let mut v = Vec::with_capacity(a.len());
-                for u in a {
-                    match u.as_str() {
-                        Some(u) if !v.iter().any(|x: &String| x == u) => v.push(u.to_owned()),
-                        Some(_) => {}
-                        None => return Err(RpcError::new(
-                            code::INVALID_PARAMS,
-                            "params.notifications.resourceSubscriptions must be an array of URIs",
-                        )),
-                    }
-                }
-                v
-            }
-            Some(_) => {
-                return Err(RpcError::new(
-                    code::INVALID_PARAMS,
-                    "params.notifications.resourceSubscriptions must be an array of URIs",
-                ))
-            }
-        };
-    if uris.len() > 256 {
-        return Err(RpcError::new(
-            code::INVALID_PARAMS,
-            "at most 256 resourceSubscriptions per listen stream",
-        ));
-    }
-    Ok(Filter {
-        tools: flag("toolsListChanged") && declared("/tools/listChanged"),
-        prompts: flag("promptsListChanged") && declared("/prompts/listChanged"),
-        resources: flag("resourcesListChanged") && declared("/resources/listChanged"),
-        uris: if declared("/resources/subscribe") {
-            uris
-        } else {
-            Vec::new()
-        },
-    })
+    Filter::parse(params.get("notifications"))
+        .map(|f| f.within(caps))
+        .map_err(|why| RpcError::new(code::INVALID_PARAMS, why))
 }
 
 /// Subscribes or unsubscribes one URI on the principal's route.
