@@ -75,6 +75,35 @@ fn collect(schema: &Value, path: &mut Vec<String>, out: &mut Vec<ParamHeader>, d
     }
 }
 
+/// Pages of `tools/list` read at most when collecting the declarations (a backend
+/// that never stops returning `nextCursor` must not hang a call).
+const MAX_PAGES: usize = 100;
+
+/// The declarations of every tool, walking the pages of `tools/list` through
+/// `fetch(cursor)` (the page's result, `None` if it could not be had). The flag
+/// says whether every page was read (only then is the answer worth keeping).
+pub async fn list_all<F, Fut>(mut fetch: F) -> (ToolHeaders, bool)
+where
+    F: FnMut(Option<Value>) -> Fut,
+    Fut: std::future::Future<Output = Option<Value>>,
+{
+    let mut all = ToolHeaders::new();
+    let mut cursor = None;
+    for _ in 0..MAX_PAGES {
+        let Some(page) = fetch(cursor.take()).await else {
+            return (all, false);
+        };
+        if let Some(tools) = page.get("tools").and_then(Value::as_array) {
+            of_tools(tools, &mut all);
+        }
+        match page.get("nextCursor") {
+            Some(c) if !c.is_null() => cursor = Some(c.clone()),
+            _ => return (all, true),
+        }
+    }
+    (all, false)
+}
+
 /// The mirrored properties of every tool in a `tools/list` result's `tools`.
 pub fn of_tools(tools: &[Value], into: &mut ToolHeaders) {
     for t in tools {

@@ -250,8 +250,11 @@ async fn param_headers(
     let declared = match known {
         Some(d) => d,
         None => {
-            let d = Arc::new(list_tool_headers(core, gen).await);
-            *core.tool_headers.lock() = Some(d.clone());
+            let (d, complete) = list_tool_headers(core, gen).await;
+            let d = Arc::new(d);
+            if complete {
+                *core.tool_headers.lock() = Some(d.clone());
+            }
             d
         }
     };
@@ -265,39 +268,28 @@ async fn param_headers(
     crate::mcp::param::headers_for(mirrored, &arguments)
 }
 
-async fn list_tool_headers(core: &Arc<Core>, gen: u64) -> crate::mcp::param::ToolHeaders {
-    let mut all = crate::mcp::param::ToolHeaders::new();
+async fn list_tool_headers(core: &Arc<Core>, gen: u64) -> (crate::mcp::param::ToolHeaders, bool) {
     let never = CancellationToken::new();
-    let mut cursor: Option<serde_json::Value> = None;
-    for _ in 0..100 {
-        let mut params = serde_json::json!({ "_meta": own_meta(core) });
-        if let (Some(c), Some(p)) = (cursor.take(), params.as_object_mut()) {
-            p.insert("cursor".into(), c);
+    crate::mcp::param::list_all(|cursor| {
+        let never = &never;
+        async move {
+            let mut params = serde_json::json!({ "_meta": own_meta(core) });
+            if let (Some(c), Some(p)) = (cursor, params.as_object_mut()) {
+                p.insert("cursor".into(), c);
+            }
+            let resp = core
+                .request(
+                    gen,
+                    "tools/list",
+                    Some(to_raw(&params)),
+                    None,
+                    never,
+                    core.request_timeout,
+                )
+                .await;
+            let result = resp.ok()?.outcome.ok()?;
+            serde_json::from_str(result.get()).ok()
         }
-        let resp = core
-            .request(
-                gen,
-                "tools/list",
-                Some(to_raw(&params)),
-                None,
-                &never,
-                core.request_timeout,
-            )
-            .await;
-        let Some(page) = resp
-            .ok()
-            .and_then(|r| r.outcome.ok())
-            .and_then(|r| parse_object(Some(&r)))
-        else {
-            break;
-        };
-        if let Some(tools) = page.get("tools").and_then(serde_json::Value::as_array) {
-            crate::mcp::param::of_tools(tools, &mut all);
-        }
-        match page.get("nextCursor") {
-            Some(c) if !c.is_null() => cursor = Some(c.clone()),
-            _ => break,
-        }
-    }
-    all
+    })
+    .await
 }

@@ -159,24 +159,18 @@ pub(super) async fn tool_headers(app: &App, internal: &Internal) -> Arc<ToolHead
     if let Some(t) = cached.as_ref() {
         return t.clone();
     }
-    let mut all = ToolHeaders::new();
-    let mut cursor: Option<Value> = None;
-    for _ in 0..100 {
+    let (all, complete) = crate::mcp::param::list_all(|cursor| async move {
         let mut params = json!({});
-        if let (Some(c), Some(p)) = (cursor.take(), params.as_object_mut()) {
+        if let (Some(c), Some(p)) = (cursor, params.as_object_mut()) {
             p.insert("cursor".into(), c);
         }
-        let Ok(page) = own_request(app, internal, "tools/list", params).await else {
-            // Unknown: nothing is checked (the backend still checks what it declares).
-            return Arc::new(all);
-        };
-        if let Some(tools) = page.get("tools").and_then(Value::as_array) {
-            crate::mcp::param::of_tools(tools, &mut all);
-        }
-        match page.get("nextCursor") {
-            Some(c) if !c.is_null() => cursor = Some(c.clone()),
-            _ => break,
-        }
+        own_request(app, internal, "tools/list", params).await.ok()
+    })
+    .await;
+    if !complete {
+        // Unknown: what was read is checked (the backend still checks what it
+        // declares); asked again next time.
+        return Arc::new(all);
     }
     let all = Arc::new(all);
     *cached = Some(all.clone());
