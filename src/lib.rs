@@ -6,6 +6,7 @@
 pub mod auth;
 pub mod call;
 pub mod config;
+pub mod fault;
 
 pub mod front;
 pub mod jsonrpc;

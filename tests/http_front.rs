@@ -430,7 +430,7 @@ async fn foreign_host_and_origin_are_refused_loopback_origin_accepted() {
         rb
     };
     let r = Client::read(post(Some("evil.example.com"), None).send().await.unwrap()).await;
-    assert_http_error(&r, 403, None);
+    assert_http_error(&r, 403, Some(-32000));
     assert!(r.headers.get("mcp-session-id").is_none());
     let r = Client::read(
         post(None, Some("http://evil.example.com"))
@@ -576,7 +576,7 @@ async fn malformed_requests_get_precise_http_errors() {
             .unwrap(),
     )
     .await;
-    assert_http_error(&r, 415, None);
+    assert_http_error(&r, 415, Some(-32600));
     // Accept lists neither JSON nor SSE.
     let r = Client::read(
         post_accepting(&c, Some("text/html"))
@@ -586,7 +586,7 @@ async fn malformed_requests_get_precise_http_errors() {
             .unwrap(),
     )
     .await;
-    assert_http_error(&r, 406, None);
+    assert_http_error(&r, 406, Some(-32600));
     // Unsupported protocol version header.
     let r = Client::read(
         c.http

@@ -507,3 +507,56 @@ async fn a_client_has_at_most_64_server_requests_waiting_for_its_answers() {
         other => panic!("more reached the client: {other:?}"),
     }
 }
+
+#[tokio::test]
+async fn request_outcomes_say_whose_fault_a_failure_is() {
+    let g = Gantry::with_config(&format!(
+        "[[backends]]\nname = \"ex\"\nstdio = {{ command = {:?} }}\n\
+         pool = {{ max_in_flight = 1, queue = 0 }}\n\
+         [[backends]]\nname = \"mb\"\n\
+         restart = {{ initial_backoff = \"50ms\" }}\n\
+         stdio = {{ command = \"python3\", args = [{:?}] }}\n",
+        example_bin().to_str().unwrap(),
+        fixture("misbehaving_server.py").to_str().unwrap()
+    ));
+    let mut c = g.client();
+    c.initialize().await;
+    let ok = c
+        .call_tool(json!(1), "ex__echo", json!({"message": "x"}))
+        .await;
+    assert_eq!(text_of(&ok), "x", "{ok}");
+    // The backend's own error answer (it has no such tool), relayed.
+    let own = c.call_tool(json!(2), "ex__no_such_tool", json!({})).await;
+    assert!(own["error"].is_object(), "{own}");
+    // A name no backend has: the request's fault.
+    let client = c.call_tool(json!(3), "nobody__tool", json!({})).await;
+    assert!(client["error"].is_object(), "{client}");
+    // A backend that dies mid-call: the backend's fault.
+    let crashed = c.call_tool(json!(4), "mb__crash", json!({})).await;
+    assert_rpc_error(&crashed, -32000, Some("mb"));
+    // Gantry's own limit (one call in flight, no queue): Gantry's.
+    let slow = c.call_tool(json!(5), "ex__slow", json!({"ms": 1000}));
+    let busy = async {
+        assert!(metric_until(&g, "gantry_calls_in_flight", |n| n == 1.0).await);
+        c.call_tool(json!(6), "ex__echo", json!({"message": "y"}))
+            .await
+    };
+    let (_, busy) = tokio::join!(slow, busy);
+    assert_rpc_error(&busy, -32000, Some("ex"));
+    let count = |outcome: &'static str| {
+        let g = &g;
+        async move {
+            metric(
+                g,
+                &format!("gantry_requests_total{{method=\"tools/call\",outcome=\"{outcome}\"}}"),
+            )
+            .await
+            .unwrap_or(0.0)
+        }
+    };
+    assert_eq!(count("ok").await, 2.0, "echo and slow");
+    assert_eq!(count("error").await, 1.0);
+    assert_eq!(count("client_error").await, 1.0);
+    assert_eq!(count("backend_error").await, 1.0);
+    assert_eq!(count("gateway_error").await, 1.0);
+}

@@ -3,6 +3,7 @@
 //! one place, [`FrontError::into_response`].
 
 use crate::auth::AuthError;
+use crate::fault::Fault;
 use crate::jsonrpc::{code, ParseError, RpcError};
 use crate::mcp::SESSION_VERSIONS;
 use axum::http::{header, HeaderValue, StatusCode};
@@ -82,13 +83,31 @@ impl FrontError {
         }
     }
 
-    /// The JSON-RPC error code in the body.
+    /// Whose fault the refusal is: the client's, except when Gantry cannot take
+    /// the request now (shutting down, session table full).
+    pub fn fault(&self) -> Fault {
+        match self {
+            Self::Unavailable(_) => Fault::Gateway,
+            _ => Fault::Client,
+        }
+    }
+
+    /// The JSON-RPC error code in the body: the specific one where JSON-RPC or MCP
+    /// has it (parse error, invalid request for a message or transport the request
+    /// got wrong, session error), else the implementation-defined server error
+    /// (credentials, Origin, overload), whose HTTP status says more.
     pub fn code(&self) -> i64 {
         match self {
             Self::Parse(_) => code::PARSE_ERROR,
-            Self::Invalid(_) | Self::TooLarge(_) => code::INVALID_REQUEST,
-            Self::SessionNotFound => code::SESSION_ERROR,
-            _ => code::BACKEND_ERROR,
+            Self::Invalid(_)
+            | Self::TooLarge(_)
+            | Self::MethodNotAllowed
+            | Self::NotAcceptable(_)
+            | Self::UnsupportedMediaType
+            | Self::BadRequest(_)
+            | Self::UnsupportedVersion(_) => code::INVALID_REQUEST,
+            Self::SessionNotFound | Self::StreamGone => code::SESSION_ERROR,
+            Self::Forbidden(_) | Self::Unauthorized(_) | Self::Unavailable(_) => code::SERVER_ERROR,
         }
     }
 }

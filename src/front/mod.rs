@@ -33,7 +33,7 @@ use crate::jsonrpc::{
 use crate::mcp::SESSION_VERSIONS;
 use crate::router::{ClientInit, Router};
 use crate::session::{sse_body, BodyOptions, EventStream, Session, SessionError, SessionStore};
-use crate::telemetry::metrics::{self, Metrics, MetricsError, Outcome};
+use crate::telemetry::metrics::{self, Metrics, MetricsError};
 use crate::upstream::BackendStats;
 use axum::body::Body;
 use axum::extract::{Extension, Request as HttpRequest, State};

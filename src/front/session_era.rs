@@ -306,12 +306,7 @@ pub(crate) async fn run_tracked_as(
     };
     let method = metrics::method_label(&req.method);
     let started = tokio::time::Instant::now();
-    let resp = app.router.dispatch(route, req, ctx).await;
-    let outcome = match &resp {
-        None => Outcome::Cancelled,
-        Some(r) if r.outcome.is_err() => Outcome::Error,
-        Some(_) => Outcome::Ok,
-    };
+    let (resp, outcome) = app.router.dispatch(route, req, ctx).await;
     app.metrics
         .observe_request(method, outcome, started.elapsed());
     resp

@@ -23,8 +23,12 @@ pub mod code {
     pub const INVALID_PARAMS: i64 = -32602;
     /// Internal error.
     pub const INTERNAL_ERROR: i64 = -32603;
-    /// Implementation-defined: the backend failed (crashed, unreachable, bad reply).
-    pub const BACKEND_ERROR: i64 = -32000;
+    /// Implementation-defined server error: the backend failed (crashed,
+    /// unreachable, bad reply), or Gantry refused for a reason JSON-RPC has no code
+    /// for (credentials, Origin, overload); the error's fault says which.
+    pub const SERVER_ERROR: i64 = -32000;
+    /// [`SERVER_ERROR`] where the backend is at fault.
+    pub const BACKEND_ERROR: i64 = SERVER_ERROR;
     /// Implementation-defined: the backend did not answer in time.
     pub const REQUEST_TIMEOUT: i64 = -32001;
     /// Implementation-defined: session missing / not found (as the TS SDK uses it).

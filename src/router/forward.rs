@@ -2,15 +2,37 @@
 //! connection made for the call.
 
 use super::*;
+use crate::fault::Fault;
+use crate::telemetry::metrics::Outcome;
 
 /// How a routed request failed.
 pub(crate) enum Fail {
     /// The backend's own error object, relayed untouched.
     Raw(Box<RawValue>),
-    /// An error Gantry produced.
+    /// Gantry's verdict on the request itself (bad params, unknown name): the
+    /// client's fault.
     Own(RpcError),
+    /// A backend connection failed or Gantry's limits refused the request; the
+    /// error knows whose fault that is.
+    Upstream(UpstreamError),
+    /// Gantry's own failure (a route without the backend it names).
+    Internal(RpcError),
     /// Cancelled by the client: no response at all.
     Cancelled,
+}
+
+impl Fail {
+    /// The JSON-RPC error the client gets (none for a cancellation), and how the
+    /// request ended for the metrics.
+    pub(crate) fn settle(self) -> (Option<crate::call::ClientAnswer>, Outcome) {
+        match self {
+            Fail::Raw(e) => (Some(Err(e)), Outcome::Error),
+            Fail::Own(e) => (Some(Err(e.to_raw())), Outcome::Failed(Fault::Client)),
+            Fail::Upstream(e) => (Some(Err(e.to_rpc().to_raw())), Outcome::Failed(e.fault())),
+            Fail::Internal(e) => (Some(Err(e.to_raw())), Outcome::Failed(Fault::Gateway)),
+            Fail::Cancelled => (None, Outcome::Cancelled),
+        }
+    }
 }
 
 impl From<RpcError> for Fail {
@@ -32,7 +54,7 @@ pub(crate) async fn forward(
         return forward_per_call(route, idx, method, params, ctx).await;
     }
     let Some(Some(conn)) = route.conns.get(idx) else {
-        return Err(Fail::Own(RpcError::new(
+        return Err(Fail::Internal(RpcError::new(
             code::INTERNAL_ERROR,
             "no such backend",
         )));
@@ -51,7 +73,7 @@ pub(super) async fn forward_per_call(
     ctx: &CallCtx,
 ) -> Result<Box<RawValue>, Fail> {
     let Some(slot) = route.slots.get(idx) else {
-        return Err(Fail::Own(RpcError::new(
+        return Err(Fail::Internal(RpcError::new(
             code::INTERNAL_ERROR,
             "no such backend",
         )));
@@ -60,9 +82,7 @@ pub(super) async fn forward_per_call(
         call: ctx.sink.clone(),
         route: route.owner.clone(),
     });
-    let conn = slot
-        .own_stateless(owner)
-        .map_err(|e| Fail::Own(e.to_rpc()))?;
+    let conn = slot.own_stateless(owner).map_err(Fail::Upstream)?;
     let r = relay(&conn, method, params, ctx).await;
     if let Some(info) = conn.info() {
         slot.remember(&info);
@@ -106,6 +126,6 @@ pub(super) async fn relay(
     match conn.call(method, params, ctx).await {
         Ok(resp) => resp.outcome.map_err(Fail::Raw),
         Err(UpstreamError::Cancelled) => Err(Fail::Cancelled),
-        Err(e) => Err(Fail::Own(e.to_rpc())),
+        Err(e) => Err(Fail::Upstream(e)),
     }
 }

@@ -33,6 +33,7 @@ use crate::call::{CallCtx, Sink};
 use crate::config::{BackendConfig, Config, SessionMode};
 use crate::jsonrpc::{code, empty_object, to_raw, Notification, Request, Response, RpcError};
 use crate::mcp::{Era, LATEST_SESSION_VERSION};
+use crate::telemetry::metrics::Outcome;
 use crate::upstream::{BackendStats, Conn, InitInfo, UpstreamError};
 use catalog::Catalog;
 use parking_lot::Mutex;
@@ -135,14 +136,14 @@ impl Router {
         self.slots.iter().map(|s| s.cfg.name.clone()).collect()
     }
 
-    /// Answers one client request. `None` means the request was cancelled and, as the
-    /// spec asks, gets no response.
+    /// Answers one client request, and says how it ended (for the metrics). No
+    /// response means the request was cancelled and, as the spec asks, gets none.
     pub async fn dispatch(
         &self,
         route: &SessionRoute,
         req: Request,
         ctx: CallCtx,
-    ) -> Option<Response> {
+    ) -> (Option<Response>, Outcome) {
         let id = req.id.clone();
         let outcome = match req.method.as_str() {
             "ping" => Ok(empty_object()),
@@ -167,13 +168,15 @@ impl Router {
             }
         };
         match outcome {
-            Ok(result) => Some(Response::ok(id, result)),
-            Err(Fail::Cancelled) => None,
-            Err(Fail::Raw(e)) => Some(Response {
-                id: Some(id),
-                outcome: Err(e),
-            }),
-            Err(Fail::Own(e)) => Some(Response::err(Some(id), &e)),
+            Ok(result) => (Some(Response::ok(id, result)), Outcome::Ok),
+            Err(fail) => {
+                let (answer, how) = fail.settle();
+                let resp = answer.map(|outcome| Response {
+                    id: Some(id),
+                    outcome,
+                });
+                (resp, how)
+            }
         }
     }
 

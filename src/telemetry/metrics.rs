@@ -38,8 +38,16 @@ pub fn method_label(method: &str) -> &'static str {
 /// How a client request ended, as counted in `requests_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
+    /// Answered with a result.
     Ok,
+    /// Answered with the backend's own JSON-RPC error (an unknown tool, bad
+    /// arguments …): the backend's verdict, relayed.
     Error,
+    /// Refused or failed by Gantry, for a reason whose fault is known: the
+    /// request's (`client_error`), Gantry's limits or state (`gateway_error`), or a
+    /// backend that failed (`backend_error`: crashed, unreachable, too slow).
+    Failed(crate::fault::Fault),
+    /// Cancelled by the client: no response.
     Cancelled,
 }
 
@@ -49,6 +57,9 @@ struct MethodSeries {
     label: &'static str,
     ok: IntCounter,
     error: IntCounter,
+    client_error: IntCounter,
+    gateway_error: IntCounter,
+    backend_error: IntCounter,
     cancelled: IntCounter,
     latency: prometheus::Histogram,
 }
@@ -56,7 +67,8 @@ struct MethodSeries {
 /// Gantry's metrics, registered in their own registry (no globals).
 pub struct Metrics {
     registry: Registry,
-    /// Client requests answered, by method and outcome (`ok`, `error`, `cancelled`).
+    /// Client requests answered, by method and outcome (`ok`, `error`, `client_error`,
+    /// `gateway_error`, `backend_error`, `cancelled`).
     pub requests: IntCounterVec,
     /// Time to answer a client request, by method.
     pub latency: HistogramVec,
@@ -155,6 +167,12 @@ impl Metrics {
                     label,
                     ok: requests.get_metric_with_label_values(&[label, "ok"])?,
                     error: requests.get_metric_with_label_values(&[label, "error"])?,
+                    client_error: requests
+                        .get_metric_with_label_values(&[label, "client_error"])?,
+                    gateway_error: requests
+                        .get_metric_with_label_values(&[label, "gateway_error"])?,
+                    backend_error: requests
+                        .get_metric_with_label_values(&[label, "backend_error"])?,
                     cancelled: requests.get_metric_with_label_values(&[label, "cancelled"])?,
                     latency: latency.get_metric_with_label_values(&[label])?,
                 })
@@ -200,6 +218,9 @@ impl Metrics {
         match outcome {
             Outcome::Ok => series.ok.inc(),
             Outcome::Error => series.error.inc(),
+            Outcome::Failed(crate::fault::Fault::Client) => series.client_error.inc(),
+            Outcome::Failed(crate::fault::Fault::Gateway) => series.gateway_error.inc(),
+            Outcome::Failed(crate::fault::Fault::Backend) => series.backend_error.inc(),
             Outcome::Cancelled => series.cancelled.inc(),
         }
         series.latency.observe(elapsed.as_secs_f64());

@@ -67,6 +67,21 @@ pub enum UpstreamError {
 }
 
 impl UpstreamError {
+    /// Whose fault the failure is: the backend's, except for Gantry's own limits
+    /// (busy, at capacity) and the client's cancellation.
+    pub fn fault(&self) -> crate::fault::Fault {
+        use crate::fault::Fault;
+        match self {
+            Self::Busy { .. } | Self::AtCapacity { .. } => Fault::Gateway,
+            Self::Cancelled => Fault::Client,
+            Self::Unavailable { .. }
+            | Self::Crashed { .. }
+            | Self::Timeout { .. }
+            | Self::Protocol { .. }
+            | Self::Closed { .. } => Fault::Backend,
+        }
+    }
+
     /// The JSON-RPC error a client gets for this failure.
     pub fn to_rpc(&self) -> RpcError {
         let backend = match self {
@@ -80,9 +95,8 @@ impl UpstreamError {
             Self::Cancelled => None,
         };
         let code = match self {
-            Self::Timeout { .. } => code::REQUEST_TIMEOUT,
-            Self::Cancelled => code::REQUEST_TIMEOUT,
-            _ => code::BACKEND_ERROR,
+            Self::Timeout { .. } | Self::Cancelled => code::REQUEST_TIMEOUT,
+            _ => code::SERVER_ERROR,
         };
         let err = RpcError::new(code, self.to_string());
         match backend {

@@ -141,7 +141,7 @@ pub(super) async fn own_request(
             era: crate::mcp::Era::Stateless,
         },
     };
-    match app.router.dispatch(route, req, ctx).await {
+    match app.router.dispatch(route, req, ctx).await.0 {
         Some(Response { outcome: Ok(r), .. }) => {
             serde_json::from_str(r.get()).map_err(|e| e.to_string())
         }
