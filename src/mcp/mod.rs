@@ -9,6 +9,7 @@ pub mod header;
 pub mod listen;
 pub mod methods;
 pub mod param;
+pub mod results;
 
 use serde_json::{Map, Value};
 

@@ -8,6 +8,7 @@ use super::handshake::own_meta;
 use super::listen::LISTEN_ACK_WAIT;
 use crate::call::CallCtx;
 use crate::jsonrpc::{code, empty_object, to_raw, RequestId, Response, RpcError};
+use crate::mcp::results::InputRound;
 use crate::mcp::{Era, META_PREFIX, STATELESS_VERSION};
 use serde_json::value::RawValue;
 use std::sync::atomic::Ordering;
@@ -93,41 +94,6 @@ pub(super) fn for_session_client(mut resp: Response) -> Response {
     resp
 }
 
-/// One round of input a stateless-era backend asks for.
-struct InputRound {
-    /// (key, method, params) of each input request.
-    requests: Vec<(String, String, Option<Box<RawValue>>)>,
-    state: Option<serde_json::Value>,
-}
-
-/// The input requests of an `input_required` result, if `resp` is one.
-fn input_round(resp: &Response) -> Option<InputRound> {
-    let result = resp.outcome.as_ref().ok()?;
-    if !result.get().contains("input_required") {
-        return None;
-    }
-    let r = parse_object(Some(result))?;
-    if r.get("resultType")?.as_str()? != "input_required" {
-        return None;
-    }
-    let requests = r
-        .get("inputRequests")
-        .and_then(serde_json::Value::as_object)
-        .map(|m| {
-            m.iter()
-                .filter_map(|(k, v)| {
-                    let method = v.get("method")?.as_str()?.to_owned();
-                    Some((k.clone(), method, v.get("params").map(to_raw)))
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    Some(InputRound {
-        requests,
-        state: r.get("requestState").cloned(),
-    })
-}
-
 /// A call to a stateless-era backend. A stateless-era client gets its answer as
 /// is; for a session-era client, each round of `input_required` becomes
 /// server→client requests to the client, whose answers go back to the backend
@@ -197,7 +163,7 @@ pub(super) async fn call_stateless(
         if ctx.client.era == Era::Stateless {
             return Ok(resp);
         }
-        let Some(round) = input_round(&resp) else {
+        let Some(round) = resp.outcome.as_ref().ok().and_then(|r| InputRound::of(r)) else {
             return Ok(for_session_client(resp));
         };
         let mut answers = serde_json::Map::new();

@@ -414,9 +414,13 @@ pub(super) fn final_message(
         Ok(result) => {
             let mut obj: Map<String, Value> =
                 serde_json::from_str(result.get()).unwrap_or_default();
-            obj.entry("resultType").or_insert_with(|| json!("complete"));
-            let complete = obj.get("resultType") == Some(&json!("complete"));
-            if obj.get("resultType") == Some(&json!("input_required")) {
+            crate::mcp::results::shape_for_stateless(
+                &mut obj,
+                method,
+                cache_scope(app) == "private",
+                server_info,
+            );
+            if crate::mcp::results::is_input_required(&obj) {
                 // A stateless-era backend asks for input: its state goes to the client
                 // sealed, so only this caller can bring it back, for this call.
                 let Some(binding) = binding else {
@@ -426,19 +430,6 @@ pub(super) fn final_message(
                     let sealed = app.mrtr.seal_foreign(state, binding);
                     obj.insert("requestState".into(), Value::String(sealed));
                 }
-            }
-            if complete && CACHEABLE.contains(&method) {
-                obj.entry("ttlMs").or_insert_with(|| json!(0));
-                // Callers are told apart: what one is shown is not for the others,
-                // whatever the backend thinks of it.
-                let scope = obj.entry("cacheScope").or_insert_with(|| json!("public"));
-                if cache_scope(app) == "private" {
-                    *scope = json!("private");
-                }
-            }
-            let meta = obj.entry("_meta").or_insert_with(|| json!({}));
-            if let Some(meta) = meta.as_object_mut() {
-                meta.entry(META_SERVER_INFO).or_insert_with(server_info);
             }
             (StatusCode::OK, Response::ok(id, to_raw(&obj)).to_json())
         }

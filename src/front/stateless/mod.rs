@@ -69,7 +69,7 @@ use crate::mcp::{
     META_SUBSCRIPTION_ID as META_SUBSCRIPTION, SESSION_VERSIONS, STATELESS_VERSIONS,
 };
 
-use crate::mcp::methods::{CACHEABLE, REMOVED_IN_STATELESS as REMOVED};
+use crate::mcp::methods::REMOVED_IN_STATELESS as REMOVED;
 
 /// Methods that may answer `input_required`, and the param naming what they act on
 /// (the same field `Mcp-Name` mirrors).
