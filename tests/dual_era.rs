@@ -18,7 +18,8 @@
 mod common;
 
 use common::{
-    call_answering, fixture, recorded, sha256_hex, Client, Gantry, HttpServer, Scratch, Stateless,
+    call_answering, gantry, http_backend, python_fixture, recorded, BackendSpec, Client, Gantry,
+    GantrySpec, HttpServer, Scratch, Stateless,
 };
 use serde_json::{json, Value};
 
@@ -37,26 +38,25 @@ struct Setup {
     record: std::path::PathBuf,
 }
 
-fn dual(transport: Transport, backend_extra: &str, extra: &str) -> Setup {
+fn dual(
+    transport: Transport,
+    backend: impl FnOnce(BackendSpec) -> BackendSpec,
+    gateway: impl FnOnce(GantrySpec) -> GantrySpec,
+) -> Setup {
     let dir = Scratch::new("dual");
     let record = dir.file("received.jsonl");
-    let rec = record.to_str().unwrap().to_owned();
-    let (line, http) = match transport {
+    let (spec, http) = match transport {
         Transport::Stdio => (
-            format!(
-                "stdio = {{ command = \"python3\", args = [{:?}], env = {{ MB_RECORD = {rec:?} }} }}",
-                fixture("dual_era_server.py").to_str().unwrap()
-            ),
+            python_fixture("dual", "dual_era_server.py").record(&record),
             None,
         ),
         Transport::Http => {
-            let server = HttpServer::python("dual_era_server.py", &[("MB_RECORD", &rec)]);
-            (format!("http = {{ url = {:?} }}", server.url), Some(server))
+            let rec = record.to_str().unwrap();
+            let server = HttpServer::python("dual_era_server.py", &[("MB_RECORD", rec)]);
+            (http_backend("dual", &server.url), Some(server))
         }
     };
-    let g = Gantry::with_config(&format!(
-        "{extra}\n[[backends]]\nname = \"dual\"\n{backend_extra}\n{line}\n"
-    ));
+    let g = gateway(gantry().backend(backend(spec))).start();
     Setup {
         g,
         _http: http,
@@ -87,7 +87,7 @@ async fn whoami_stateless(s: &Stateless, id: i64) -> Value {
 }
 
 async fn session_client_keeps_the_session_era(transport: Transport) {
-    let s = dual(transport, "", "");
+    let s = dual(transport, |b| b, |g| g);
     let mut c = s.g.client();
     c.version = "2025-06-18".into();
     c.initialize_with(json!({"sampling": {}, "elicitation": {}, "roots": {}}))
@@ -160,7 +160,7 @@ async fn a_session_client_gets_the_session_era_of_a_dual_era_http_backend() {
 }
 
 async fn stateless_caller_gets_the_stateless_era(transport: Transport) {
-    let s = dual(transport, "", "");
+    let s = dual(transport, |b| b, |g| g);
     let sl = Stateless::new(&s.g);
     let who = whoami_stateless(&sl, 1).await;
     assert_eq!(who["era"], "stateless", "{who}");
@@ -240,7 +240,7 @@ async fn stateless_roots(s: &Stateless, id: i64, roots: Value) -> (bool, String)
 async fn anonymous_callers_never_share_roots(transport: Transport) {
     // `era = "session"`: a backend of the session era only, which caches the roots
     // it was told per connection (as @modelcontextprotocol/server-everything does).
-    let s = dual(transport, "era = \"session\"", "");
+    let s = dual(transport, |b| b.era("session"), |g| g);
     let (a, b) = (Stateless::new(&s.g), Stateless::new(&s.g));
     let (asked, text) = stateless_roots(&a, 1, json!([{"uri": "file:///a"}])).await;
     assert!(asked, "the first caller is asked for its roots");
@@ -269,13 +269,11 @@ async fn anonymous_stateless_callers_never_share_an_http_backends_roots() {
 
 #[tokio::test]
 async fn an_authenticated_principal_keeps_its_own_connection_and_nobody_elses() {
-    let keys = format!(
-        "[[auth.api_keys]]\nprincipal = \"alice\"\nsha256 = \"{}\"\n\
-         [[auth.api_keys]]\nprincipal = \"bob\"\nsha256 = \"{}\"\n",
-        sha256_hex("alice-key"),
-        sha256_hex("bob-key")
+    let s = dual(
+        Transport::Stdio,
+        |b| b.era("session"),
+        |g| g.api_key("alice", "alice-key").api_key("bob", "bob-key"),
     );
-    let s = dual(Transport::Stdio, "era = \"session\"", &keys);
     let alice = Stateless::with_key(&s.g, "alice-key");
     let bob = Stateless::with_key(&s.g, "bob-key");
     let (asked, text) = stateless_roots(&alice, 1, json!([{"uri": "file:///alice"}])).await;
@@ -292,7 +290,7 @@ async fn an_authenticated_principal_keeps_its_own_connection_and_nobody_elses() 
 
 #[tokio::test]
 async fn shared_mode_serves_each_era_on_a_connection_of_that_era() {
-    let s = dual(Transport::Stdio, "session_mode = \"shared\"", "");
+    let s = dual(Transport::Stdio, |b| b.mode("shared"), |g| g);
     let mut c1 = s.g.client();
     c1.initialize().await;
     let sl = Stateless::new(&s.g);
@@ -314,7 +312,11 @@ async fn shared_mode_serves_each_era_on_a_connection_of_that_era() {
 
 #[tokio::test]
 async fn a_warm_connection_is_of_the_era_its_taker_speaks() {
-    let s = dual(Transport::Stdio, "pool = { min_idle = 1 }", "");
+    let s = dual(
+        Transport::Stdio,
+        |b| b.set("pool = { min_idle = 1 }"),
+        |g| g,
+    );
     // The pool is warm: its connection initialized (as Gantry) before any client.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while !recorded(&s.record)
@@ -340,12 +342,9 @@ async fn a_warm_connection_is_of_the_era_its_taker_speaks() {
 async fn session_clients_never_see_the_stateless_era_fields_of_a_stateless_backend() {
     let dir = Scratch::new("transparent");
     let record = dir.file("received.jsonl");
-    let g = Gantry::with_config(&format!(
-        "[[backends]]\nname = \"modern\"\n\
-         stdio = {{ command = \"python3\", args = [{:?}], env = {{ MB_RECORD = {:?} }} }}\n",
-        fixture("stateless_server.py").to_str().unwrap(),
-        record.to_str().unwrap()
-    ));
+    let g = gantry()
+        .backend(python_fixture("modern", "stateless_server.py").record(&record))
+        .start();
     let mut c = g.client();
     c.initialize().await;
     let r = c.call_tool(json!(1), "echo", json!({"message": "x"})).await;
@@ -368,7 +367,7 @@ async fn session_clients_never_see_the_stateless_era_fields_of_a_stateless_backe
 async fn a_stateless_caller_gets_every_progress_notification_sent_just_before_the_result() {
     // The fixture answers right after its last progress notification: the two
     // reach Gantry back to back, and the notification must not lose to the result.
-    let s = dual(Transport::Stdio, "", "");
+    let s = dual(Transport::Stdio, |b| b, |g| g);
     let sl = Stateless::new(&s.g);
     for i in 0..40 {
         let r = sl
@@ -418,12 +417,12 @@ async fn the_stateless_era_is_offered_only_when_every_backend_speaks_it() {
     // A client that can speak either era (the SDKs' `auto`) picks from this list:
     // offered the stateless era in front of a session-era-only backend, it would
     // get translation where a direct connection gives it the session era.
-    let both = dual(Transport::Stdio, "", "");
+    let both = dual(Transport::Stdio, |b| b, |g| g);
     assert_eq!(
         discovered_versions(&both.g).await.first().unwrap(),
         "2026-07-28"
     );
-    let old = dual(Transport::Stdio, "era = \"session\"", "");
+    let old = dual(Transport::Stdio, |b| b.era("session"), |g| g);
     let v = discovered_versions(&old.g).await;
     assert!(!v.iter().any(|v| v == "2026-07-28"), "{v:?}");
     assert_eq!(v.first().unwrap(), "2025-11-25", "{v:?}");
@@ -431,11 +430,10 @@ async fn the_stateless_era_is_offered_only_when_every_backend_speaks_it() {
     let who = whoami_stateless(&Stateless::new(&old.g), 2).await;
     assert_eq!(who["era"], "session", "{who}");
     // Several backends: all must speak it.
-    let mixed = Gantry::with_config(&format!(
-        "[[backends]]\nname = \"a\"\nstdio = {{ command = \"python3\", args = [{f:?}] }}\n\
-         [[backends]]\nname = \"b\"\nera = \"session\"\nstdio = {{ command = \"python3\", args = [{f:?}] }}\n",
-        f = fixture("dual_era_server.py").to_str().unwrap()
-    ));
+    let mixed = gantry()
+        .backend(python_fixture("a", "dual_era_server.py"))
+        .backend(python_fixture("b", "dual_era_server.py").era("session"))
+        .start();
     let v = discovered_versions(&mixed).await;
     assert!(!v.iter().any(|v| v == "2026-07-28"), "{v:?}");
 }

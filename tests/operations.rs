@@ -113,10 +113,10 @@ async fn sigterm_drains_calls_refuses_new_sessions_and_ends_backend_sessions() {
 
 #[tokio::test]
 async fn the_session_cap_refuses_further_sessions_with_503() {
-    let g = Gantry::with_config(&format!(
-        "[server]\nmax_sessions = 2\n[[backends]]\nname = \"example\"\nstdio = {{ command = {:?} }}\n",
-        example_bin().to_str().unwrap()
-    ));
+    let g = gantry()
+        .server("max_sessions = 2")
+        .backend(example())
+        .start();
     let mut a = g.client();
     a.initialize().await;
     let mut b = g.client();
@@ -138,10 +138,10 @@ async fn the_session_cap_refuses_further_sessions_with_503() {
 
 #[tokio::test]
 async fn the_idle_reaper_spares_a_session_with_a_call_in_flight() {
-    let g = Gantry::with_config(&format!(
-        "[server]\nsession_idle_timeout = \"1s\"\n[[backends]]\nname = \"example\"\nstdio = {{ command = {:?} }}\n",
-        example_bin().to_str().unwrap()
-    ));
+    let g = gantry()
+        .server("session_idle_timeout = \"1s\"")
+        .backend(example())
+        .start();
     let mut busy = g.client();
     busy.initialize().await;
     let mut idle = g.client();
@@ -510,15 +510,17 @@ async fn a_client_has_at_most_64_server_requests_waiting_for_its_answers() {
 
 #[tokio::test]
 async fn request_outcomes_say_whose_fault_a_failure_is() {
-    let g = Gantry::with_config(&format!(
-        "[[backends]]\nname = \"ex\"\nstdio = {{ command = {:?} }}\n\
-         pool = {{ max_in_flight = 1, queue = 0 }}\n\
-         [[backends]]\nname = \"mb\"\n\
-         restart = {{ initial_backoff = \"50ms\" }}\n\
-         stdio = {{ command = \"python3\", args = [{:?}] }}\n",
-        example_bin().to_str().unwrap(),
-        fixture("misbehaving_server.py").to_str().unwrap()
-    ));
+    let g = gantry()
+        .backend(
+            example()
+                .named("ex")
+                .set("pool = { max_in_flight = 1, queue = 0 }"),
+        )
+        .backend(
+            python_fixture("mb", "misbehaving_server.py")
+                .set("restart = { initial_backoff = \"50ms\" }"),
+        )
+        .start();
     let mut c = g.client();
     c.initialize().await;
     let ok = c

@@ -12,20 +12,9 @@ use common::*;
 use serde_json::json;
 use std::time::{Duration, Instant};
 
-fn config(pool: &str) -> String {
-    format!(
-        "[[backends]]\nname = \"example\"\nstdio = {{ command = {:?} }}\n[backends.pool]\n{pool}",
-        example_bin().to_str().unwrap()
-    )
-}
-
-/// `config` with every backend process recording what it receives in `record`.
-fn recorded_config(pool: &str, record: &std::path::Path) -> String {
-    format!(
-        "[[backends]]\nname = \"example\"\nstdio = {{ command = {:?}, env = {{ MB_RECORD = {:?} }} }}\n[backends.pool]\n{pool}",
-        example_bin().to_str().unwrap(),
-        record.to_str().unwrap()
-    )
+/// The example server with these `[backends.pool]` settings.
+fn pooled(pool: &str) -> BackendSpec {
+    example().set(&format!("pool = {{ {pool} }}"))
 }
 
 /// The `clientInfo.name` of every `initialize` the backend processes received.
@@ -57,7 +46,9 @@ fn wait_children(g: &Gantry, n: usize) -> bool {
 async fn warm_pool_keeps_min_idle_processes_ready() {
     let dir = Scratch::new("warm");
     let record = dir.file("received.jsonl");
-    let g = Gantry::with_config(&recorded_config("min_idle = 2\n", &record));
+    let g = gantry()
+        .backend(pooled("min_idle = 2").record(&record))
+        .start();
     assert!(
         wait_children(&g, 2),
         "two warm processes before any client: {:?}",
@@ -102,7 +93,7 @@ async fn warm_pool_keeps_min_idle_processes_ready() {
 
 #[tokio::test]
 async fn connection_cap_is_a_clear_error() {
-    let g = Gantry::with_config(&config("max_connections = 2\n"));
+    let g = gantry().backend(pooled("max_connections = 2")).start();
     let mut a = g.client();
     a.initialize().await;
     let mut b = g.client();
@@ -145,7 +136,9 @@ async fn connection_cap_is_a_clear_error() {
 
 #[tokio::test]
 async fn in_flight_limit_queues_then_refuses() {
-    let g = Gantry::with_config(&config("max_in_flight = 1\nqueue = 1\n"));
+    let g = gantry()
+        .backend(pooled("max_in_flight = 1, queue = 1"))
+        .start();
     let mut c = g.client();
     c.initialize().await;
     let started = Instant::now();
@@ -177,10 +170,10 @@ async fn in_flight_limit_queues_then_refuses() {
 /// process's group) goes, and the reaping is counted in the metrics.
 #[tokio::test]
 async fn idle_expiry_stops_the_session_process_and_is_counted() {
-    let g = Gantry::with_config(&format!(
-        "[server]\nsession_idle_timeout = \"1s\"\n{}",
-        config("")
-    ));
+    let g = gantry()
+        .server("session_idle_timeout = \"1s\"")
+        .backend(example())
+        .start();
     let mut c = g.client();
     c.initialize().await;
     assert_eq!(children_of(g.pid()).len(), 1);

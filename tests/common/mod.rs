@@ -3,6 +3,7 @@
 // Integration tests time real processes: wall-clock `std::time::Instant` is right here.
 #![allow(
     dead_code,
+    unreachable_pub,
     clippy::unwrap_used,
     clippy::expect_used,
     clippy::panic,
@@ -913,5 +914,192 @@ impl Client {
             .unwrap();
         assert_eq!(r.status().as_u16(), 200, "GET stream refused");
         r
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// A typed builder for a Gantry with backends:
+//   gantry().backend(example().mode("shared").record(&file)).server("max_sessions = 2").start()
+// ---------------------------------------------------------------------------------
+
+/// One `[[backends]]` table, built.
+#[derive(Clone)]
+pub struct BackendSpec {
+    name: String,
+    /// `stdio = {…}` or `http = {…}`, as TOML.
+    transport: Transport,
+    /// More `key = value` lines of the table.
+    keys: Vec<String>,
+}
+
+#[derive(Clone)]
+enum Transport {
+    Stdio {
+        command: String,
+        args: Vec<String>,
+        env: Vec<(String, String)>,
+    },
+    Http {
+        url: String,
+    },
+}
+
+/// The example server over stdio, named `example`.
+pub fn example() -> BackendSpec {
+    stdio("example", example_bin().to_str().unwrap(), &[])
+}
+
+/// `tests/fixtures/NAME` run by python3 over stdio, named `name`.
+pub fn python_fixture(name: &str, script: &str) -> BackendSpec {
+    stdio(name, "python3", &[fixture(script).to_str().unwrap()])
+}
+
+/// A stdio backend.
+pub fn stdio(name: &str, command: &str, args: &[&str]) -> BackendSpec {
+    BackendSpec {
+        name: name.into(),
+        transport: Transport::Stdio {
+            command: command.into(),
+            args: args.iter().map(|a| (*a).to_owned()).collect(),
+            env: Vec::new(),
+        },
+        keys: Vec::new(),
+    }
+}
+
+/// A Streamable HTTP backend.
+pub fn http_backend(name: &str, url: &str) -> BackendSpec {
+    BackendSpec {
+        name: name.into(),
+        transport: Transport::Http { url: url.into() },
+        keys: Vec::new(),
+    }
+}
+
+impl BackendSpec {
+    /// Another name.
+    pub fn named(mut self, name: &str) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// More arguments (stdio).
+    pub fn arg(mut self, a: &str) -> Self {
+        if let Transport::Stdio { args, .. } = &mut self.transport {
+            args.push(a.into());
+        }
+        self
+    }
+
+    /// An environment variable of the child (stdio).
+    pub fn env(mut self, k: &str, v: &str) -> Self {
+        if let Transport::Stdio { env, .. } = &mut self.transport {
+            env.push((k.into(), v.into()));
+        }
+        self
+    }
+
+    /// The backend records what it receives in `file` (`MB_RECORD`).
+    pub fn record(self, file: &std::path::Path) -> Self {
+        self.env("MB_RECORD", file.to_str().unwrap())
+    }
+
+    /// `session_mode`.
+    pub fn mode(self, mode: &str) -> Self {
+        self.set(&format!("session_mode = {mode:?}"))
+    }
+
+    /// `era`.
+    pub fn era(self, era: &str) -> Self {
+        self.set(&format!("era = {era:?}"))
+    }
+
+    /// Any other key of the table, as a TOML line (`pool = { min_idle = 1 }`).
+    pub fn set(mut self, line: &str) -> Self {
+        self.keys.push(line.into());
+        self
+    }
+
+    fn toml(&self) -> String {
+        let transport = match &self.transport {
+            Transport::Stdio { command, args, env } => {
+                let env: Vec<String> = env.iter().map(|(k, v)| format!("{k} = {v:?}")).collect();
+                format!(
+                    "stdio = {{ command = {command:?}, args = {args:?}, env = {{ {} }} }}",
+                    env.join(", ")
+                )
+            }
+            Transport::Http { url } => format!("http = {{ url = {url:?} }}"),
+        };
+        format!(
+            "[[backends]]\nname = {:?}\n{}\n{transport}\n",
+            self.name,
+            self.keys.join("\n")
+        )
+    }
+}
+
+/// A Gantry to start, built.
+#[derive(Default)]
+pub struct GantrySpec {
+    server: Vec<String>,
+    keys: Vec<(String, String)>,
+    backends: Vec<BackendSpec>,
+    env: Vec<(String, String)>,
+}
+
+/// A Gantry with no backends yet.
+pub fn gantry() -> GantrySpec {
+    GantrySpec::default()
+}
+
+impl GantrySpec {
+    /// A backend.
+    pub fn backend(mut self, b: BackendSpec) -> Self {
+        self.backends.push(b);
+        self
+    }
+
+    /// A `[server]` key, as a TOML line (`max_sessions = 2`).
+    pub fn server(mut self, line: &str) -> Self {
+        self.server.push(line.into());
+        self
+    }
+
+    /// An API key for `principal` (authentication on).
+    pub fn api_key(mut self, principal: &str, key: &str) -> Self {
+        self.keys.push((principal.into(), key.into()));
+        self
+    }
+
+    /// A variable in Gantry's own environment.
+    pub fn env(mut self, k: &str, v: &str) -> Self {
+        self.env.push((k.into(), v.into()));
+        self
+    }
+
+    /// The configuration file this builds.
+    pub fn toml(&self) -> String {
+        let mut t = format!("[server]\n{}\n", self.server.join("\n"));
+        for (principal, key) in &self.keys {
+            t.push_str(&format!(
+                "[[auth.api_keys]]\nprincipal = {principal:?}\nsha256 = {:?}\n",
+                sha256_hex(key)
+            ));
+        }
+        for b in &self.backends {
+            t.push_str(&b.toml());
+        }
+        t
+    }
+
+    /// Starts it.
+    pub fn start(self) -> Gantry {
+        let env: Vec<(&str, &str)> = self
+            .env
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        Gantry::with_config_env(&self.toml(), &env)
     }
 }
