@@ -1,7 +1,10 @@
 //! The configuration file as written: every table and key, with its meaning, unit
 //! and default (serde, unknown keys refused).
 
-use super::*;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
 
 /// The configuration file as written.
 #[derive(Debug, Default, Deserialize)]

@@ -5,11 +5,7 @@
 //! half-working gateway. `${VAR}` in backend env values, headers and URLs is replaced
 //! by the environment variable `VAR` at load time (a missing variable is an error).
 
-use serde::Deserialize;
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::time::Duration;
 
 /// Everything that can be wrong with a configuration.
 #[derive(Debug, thiserror::Error)]
@@ -86,6 +82,7 @@ impl Config {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
     use super::*;
+    use std::time::Duration;
 
     fn env(k: &str) -> Option<String> {
         (k == "TOKEN").then(|| "s3cret".to_owned())

@@ -1,7 +1,25 @@
 //! From the file as written to the validated [`Config`]: every problem reported with
 //! its key path, `${VAR}` interpolation, and the backends the command line adds.
 
-use super::*;
+use crate::config::default_inherit_env;
+use crate::config::default_init_timeout;
+use crate::config::default_max_message_bytes;
+use crate::config::default_request_timeout;
+use crate::config::empty_table;
+use crate::config::AuthConfig;
+use crate::config::BackendConfig;
+use crate::config::Config;
+use crate::config::ConfigError;
+use crate::config::ConfigFile;
+use crate::config::Era;
+use crate::config::HttpConfig;
+use crate::config::PoolConfig;
+use crate::config::RestartConfig;
+use crate::config::SessionMode;
+use crate::config::StdioConfig;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
 
 impl ConfigFile {
     /// Validates and resolves the file; `env` looks up `${VAR}` references.

@@ -2,7 +2,13 @@
 //! answered here) and then credentials (401 / 400), before any handler runs or any
 //! stream starts.
 
-use super::*;
+use super::error::FrontError;
+use crate::front::App;
+use axum::extract::{Request as HttpRequest, State};
+use axum::http::{header, HeaderValue, Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response as HttpResponse};
+use std::sync::Arc;
 
 /// Puts the caller's [`Principal`] in the request extensions, or refuses the request
 /// (401 / 400 with `WWW-Authenticate`) before any handler runs or any stream starts.

@@ -1,7 +1,11 @@
 //! HTTP building blocks of the front door: what a client's `Accept` allows, bodies
 //! read within the limit, JSON and SSE responses.
 
-use super::*;
+use super::error::FrontError;
+use crate::front::App;
+use axum::body::Body;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response as HttpResponse};
 
 pub(super) fn json_response(body: String) -> HttpResponse {
     (

@@ -3,7 +3,9 @@
 //! `/messages?sessionId=…`); each client message is a `POST` there, answered `202`,
 //! its response delivered on the stream. The session ends when the stream closes.
 
-use super::{absorb, establish, read_body, run_call, sse_response, App, FrontError};
+use super::http::{read_body, sse_response};
+use super::session_era::{absorb, establish, run_call};
+use super::{App, FrontError};
 use crate::auth::Principal;
 use crate::jsonrpc::{code, Incoming, Message, Response};
 use crate::router::ClientInit;

@@ -17,28 +17,20 @@ mod origin;
 mod session_era;
 mod stateless;
 
-use edge::*;
-use http::*;
-use session_era::*;
-
 pub use error::FrontError;
 pub use origin::OriginPolicy;
 
-use crate::auth::{Authenticator, Principal};
-use crate::call::{CallCtx, Sink};
+use crate::auth::Authenticator;
 use crate::config::Config;
-use crate::jsonrpc::{
-    code, Incoming, Message, Notification, Request, RequestId, Response, RpcError,
-};
-use crate::mcp::SESSION_VERSIONS;
-use crate::router::{ClientInit, Router};
-use crate::session::{sse_body, BodyOptions, EventStream, Session, SessionError, SessionStore};
-use crate::telemetry::metrics::{self, Metrics, MetricsError};
+use crate::front::edge::authenticate;
+use crate::front::edge::check_origin;
+use crate::front::session_era::mcp;
+use crate::router::Router;
+use crate::session::{BodyOptions, Session, SessionStore};
+use crate::telemetry::metrics::{Metrics, MetricsError};
 use crate::upstream::BackendStats;
-use axum::body::Body;
-use axum::extract::{Extension, Request as HttpRequest, State};
-use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
-use axum::middleware::Next;
+use axum::extract::State;
+use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response as HttpResponse};
 use axum::routing::{any, get};
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -3,7 +3,30 @@
 //! resumption, DELETE; `initialize` opens a session. Requests of the stateless era
 //! are handed to [`super::stateless`].
 
-use super::*;
+use super::error::FrontError;
+use crate::auth::Principal;
+use crate::call::{CallCtx, Sink};
+use crate::front::http::json_response;
+use crate::front::http::read_body;
+use crate::front::http::session_header;
+use crate::front::http::sse_response;
+use crate::front::http::with_sse_headers;
+use crate::front::http::Accepts;
+use crate::front::stateless;
+use crate::front::App;
+use crate::jsonrpc::{
+    code, Incoming, Message, Notification, Request, RequestId, Response, RpcError,
+};
+use crate::mcp::SESSION_VERSIONS;
+use crate::router::ClientInit;
+use crate::session::{sse_body, EventStream, Session, SessionError};
+use crate::telemetry::metrics::{self};
+use axum::body::Body;
+use axum::extract::{Extension, Request as HttpRequest, State};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::response::{IntoResponse, Response as HttpResponse};
+use std::sync::Arc;
+use std::time::Duration;
 
 pub(super) fn lookup(
     app: &App,

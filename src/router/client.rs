@@ -1,7 +1,10 @@
 //! Who a route is for: what a client said in `initialize` (or what Gantry says for
 //! stateless callers), and the caller's era.
 
-use super::*;
+use crate::jsonrpc::{code, to_raw, RpcError};
+use crate::mcp::{Era, LATEST_SESSION_VERSION};
+use serde_json::value::RawValue;
+use serde_json::{json, Value};
 
 /// What a client said in `initialize` (or, for stateless-era callers, what Gantry
 /// says for them when it initializes a session-era backend on their behalf).

@@ -1,9 +1,14 @@
 //! Sending one request to one backend of a route: on its connection, or on a
 //! connection made for the call.
 
-use super::*;
+use super::route::SessionRoute;
+use crate::call::{CallCtx, Sink};
 use crate::fault::Fault;
+use crate::jsonrpc::{code, Notification, RpcError};
 use crate::telemetry::metrics::Outcome;
+use crate::upstream::{Conn, UpstreamError};
+use serde_json::value::RawValue;
+use std::sync::Arc;
 
 /// How a routed request failed.
 pub(crate) enum Fail {

@@ -25,24 +25,22 @@ mod slot;
 pub use client::{Caller, ClientInit};
 pub(crate) use forward::{forward, Fail};
 pub use route::SessionRoute;
-use slot::*;
 
 pub use hub::{level_rank, Hub, LOG_LEVELS};
 
-use crate::call::{CallCtx, Sink};
-use crate::config::{BackendConfig, Config, SessionMode};
+use crate::call::CallCtx;
+use crate::config::Config;
 use crate::jsonrpc::{code, empty_object, to_raw, Notification, Request, Response, RpcError};
-use crate::mcp::{Era, LATEST_SESSION_VERSION};
+use crate::mcp::Era;
+use crate::router::slot::Slot;
 use crate::telemetry::metrics::Outcome;
-use crate::upstream::{BackendStats, Conn, InitInfo, UpstreamError};
-use catalog::Catalog;
+use crate::upstream::{BackendStats, Conn, UpstreamError};
 use parking_lot::Mutex;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use tokio_util::sync::CancellationToken;
 
 /// Why a session could not be opened.
 #[derive(Debug, thiserror::Error)]

@@ -1,7 +1,24 @@
 //! One client session's view of the backends ([`SessionRoute`]): how it reaches each
 //! (its own connection, a shared one, one per call), opened by `open_session`.
 
-use super::*;
+use super::catalog::Catalog;
+use super::client::{Caller, ClientInit};
+use super::hub::{level_rank, Hub, LOG_LEVELS};
+use super::slot::SharedConn;
+use crate::call::{CallCtx, Sink};
+use crate::config::SessionMode;
+use crate::jsonrpc::to_raw;
+use crate::mcp::Era;
+use crate::router::gantry_info;
+use crate::router::RouteError;
+use crate::router::Router;
+use crate::router::Slot;
+use crate::upstream::{BackendStats, Conn, InitInfo, UpstreamError};
+use parking_lot::Mutex;
+use serde_json::{json, Value};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
 
 /// How one client session reaches one backend.
 pub(super) enum Link {

@@ -1,7 +1,22 @@
 //! One configured backend's connections: started within `pool.max_connections`,
 //! shared per era they speak, per user, warm per taker era.
 
-use super::*;
+use super::client::ClientInit;
+use super::hub::Hub;
+use crate::call::Sink;
+use crate::config::{BackendConfig, SessionMode};
+use crate::jsonrpc::to_raw;
+use crate::mcp::{Era, LATEST_SESSION_VERSION};
+use crate::router::gantry_info;
+use crate::router::Router;
+use crate::upstream::{BackendStats, Conn, InitInfo, UpstreamError};
+use parking_lot::Mutex;
+use serde_json::json;
+use serde_json::value::RawValue;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
 
 /// A connection shared by several sessions, with its fan-out hub.
 pub(super) type SharedConn = (Arc<Conn>, Arc<Hub>);

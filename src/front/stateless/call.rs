@@ -2,7 +2,34 @@
 //! parked until the client retries), or an SSE stream when the call sends progress or
 //! logs first; the client closing the stream cancels it.
 
-use super::*;
+use super::super::http::{with_sse_headers, Accepts};
+use super::super::session_era::run_tracked_as;
+use super::super::App;
+use super::mrtr::{Ask, Binding, StateError};
+use super::route::Internal;
+use crate::auth::Principal;
+use crate::call::{ClientAnswer, Downstream, Sink};
+use crate::front::stateless::answer;
+use crate::front::stateless::cache_scope;
+use crate::front::stateless::input_capable;
+use crate::front::stateless::json_body;
+use crate::front::stateless::server_info;
+use crate::front::stateless::validate::Declared;
+use crate::jsonrpc::{code, to_raw, Notification, Request, RequestId, Response, RpcError};
+use crate::mcp::META_SERVER_INFO;
+use crate::router::level_rank;
+use axum::body::Body;
+use axum::http::StatusCode;
+use axum::response::Response as HttpResponse;
+use futures::future::BoxFuture;
+use futures::StreamExt as _;
+use indexmap::IndexMap;
+use serde_json::value::RawValue;
+use serde_json::{json, Map, Value};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
 
 /// Backend traffic of one stateless call, for its HTTP handler.
 pub(super) enum Up {

@@ -1,8 +1,25 @@
 //! `subscriptions/listen`: the principal's listen streams, their filters, and the
 //! resource subscriptions they hold upstream (counted per URI).
 
-use super::*;
+use super::super::http::with_sse_headers;
+use super::super::App;
+use super::route::Internal;
+use crate::jsonrpc::{code, Notification, RequestId, RpcError};
+use crate::mcp::META_SUBSCRIPTION_ID as META_SUBSCRIPTION;
+use axum::body::Body;
+use axum::http::StatusCode;
+use axum::response::Response as HttpResponse;
+use futures::StreamExt as _;
+use parking_lot::Mutex;
+use serde_json::{json, Map, Value};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use tokio::sync::mpsc;
 
+use crate::front::stateless::answer;
+use crate::front::stateless::clip;
+use crate::front::stateless::route::own_request;
 use crate::mcp::listen::ListenFilter as Filter;
 
 pub(super) struct Listener {

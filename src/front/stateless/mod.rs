@@ -32,42 +32,21 @@ mod route;
 mod validate;
 
 pub(crate) use self::call::Running;
-use self::call::*;
-use self::listen::*;
 pub(crate) use self::mrtr::Mrtr;
 pub(crate) use self::route::Internal;
-use self::route::*;
-use self::validate::*;
 
-use self::mrtr::{Ask, Binding, StateError};
-use super::{run_tracked_as, with_sse_headers, Accepts, App, FrontError};
+use super::http::Accepts;
+use super::{App, FrontError};
 use crate::auth::Principal;
-use crate::call::{ClientAnswer, Downstream, Sink};
-use crate::jsonrpc::{code, to_raw, Message, Notification, Request, RequestId, Response, RpcError};
-use crate::mcp::param::ToolHeaders;
-use crate::mcp::{Era, LATEST_SESSION_VERSION};
-use crate::router::{level_rank, Caller, ClientInit};
-use crate::session::Session;
-use axum::body::Body;
+use crate::jsonrpc::{code, to_raw, Message, RequestId, Response, RpcError};
+use crate::mcp::Era;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response as HttpResponse};
-use futures::future::BoxFuture;
-use indexmap::IndexMap;
-use parking_lot::Mutex;
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
-use tokio::sync::{mpsc, oneshot, OnceCell};
-use tokio_util::sync::CancellationToken;
 
-use crate::mcp::{
-    all_versions, META_CLIENT_CAPABILITIES as META_CAPS, META_LOG_LEVEL, META_PREFIX,
-    META_PROTOCOL_VERSION as META_VERSION, META_SERVER_INFO,
-    META_SUBSCRIPTION_ID as META_SUBSCRIPTION, SESSION_VERSIONS, STATELESS_VERSIONS,
-};
+use crate::mcp::{all_versions, META_PREFIX, META_SERVER_INFO, SESSION_VERSIONS};
 
 use crate::mcp::methods::REMOVED_IN_STATELESS as REMOVED;
 
@@ -106,7 +85,12 @@ fn meta_of(params: Option<&RawValue>) -> Option<Map<String, Value>> {
     serde_json::from_str::<P>(params?.get()).ok()?.meta
 }
 
-use futures::StreamExt as _;
+use crate::front::stateless::call::call;
+use crate::front::stateless::listen::listen;
+use crate::front::stateless::route::internal_route;
+use crate::front::stateless::route::tool_headers;
+use crate::front::stateless::validate::validate;
+use crate::front::stateless::validate::Refusal;
 
 pub(super) fn answer(status: StatusCode, id: Option<RequestId>, e: &RpcError) -> HttpResponse {
     json_body(status, Response::err(id, e).to_json())

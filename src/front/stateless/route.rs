@@ -1,7 +1,22 @@
 //! Each caller's route to the backends for its stateless requests, and the requests
 //! Gantry itself makes on it (tool header declarations, subscriptions).
 
-use super::*;
+use super::super::{App, FrontError};
+use crate::call::{ClientAnswer, Downstream, Sink};
+use crate::front::stateless::json_body;
+use crate::front::stateless::listen::Listeners;
+use crate::jsonrpc::{code, to_raw, Notification, Request, RequestId, Response, RpcError};
+use crate::mcp::param::ToolHeaders;
+use crate::mcp::{Era, LATEST_SESSION_VERSION};
+use crate::router::{Caller, ClientInit};
+use crate::session::Session;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response as HttpResponse};
+use futures::future::BoxFuture;
+use serde_json::value::RawValue;
+use serde_json::{json, Value};
+use std::sync::Arc;
+use tokio::sync::OnceCell;
 
 /// One principal's route to the backends for its stateless requests.
 pub(crate) struct Internal {

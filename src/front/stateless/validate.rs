@@ -2,7 +2,16 @@
 //! version header, `_meta`, header against `_meta`, supported version, `Mcp-Method` /
 //! `Mcp-Name` against the body.
 
-use super::*;
+use crate::front::stateless::clip;
+use crate::front::stateless::input_capable;
+use crate::jsonrpc::{code, RpcError};
+use crate::mcp::{
+    all_versions, META_CLIENT_CAPABILITIES as META_CAPS, META_LOG_LEVEL,
+    META_PROTOCOL_VERSION as META_VERSION, STATELESS_VERSIONS,
+};
+use crate::router::level_rank;
+use axum::http::{HeaderMap, StatusCode};
+use serde_json::{json, Map, Value};
 
 /// A refusal: HTTP status and JSON-RPC error.
 pub(super) struct Refusal(pub(super) StatusCode, pub(super) RpcError);
