@@ -316,7 +316,7 @@ impl Downstream for StreamSink {
                 }
             }
         }
-        self.stream.push(n.to_json());
+        self.stream.push_notification(n.to_json());
     }
 
     fn ask(

@@ -3,8 +3,11 @@
 //! Writers append without ever blocking; readers follow with a cursor. A reader that
 //! disconnects loses nothing the log still holds: a client resumes with
 //! `Last-Event-ID: <stream>_<seq>`. A new reader replaces the old one (only one at a
-//! time, so no message is delivered on two connections). When the log overflows,
-//! the oldest events are dropped; a reader that needed them is ended, never fed a gap.
+//! time, so no message is delivered on two connections). When the log overflows, the
+//! oldest *notifications* (progress, logs) are dropped; responses and server→client
+//! requests are never dropped (a call's answer always reaches a client that reads
+//! or resumes the stream; requests are bounded per session elsewhere), and a reader
+//! that was behind simply continues after what is gone.
 
 use bytes::Bytes;
 use futures::Stream;
@@ -16,9 +19,9 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-/// Bytes one stream's log may hold; beyond it the oldest events are dropped (a
-/// reader that still needed them is ended, never fed a gap). With the per-stream
-/// event count this bounds what a slow or absent reader can make Gantry buffer.
+/// Bytes of notifications one stream's log may hold; beyond it the oldest ones are
+/// dropped. With the per-stream event count this bounds what a slow or absent reader
+/// can make Gantry buffer besides the answers themselves.
 pub(super) const MAX_STREAM_BYTES: usize = 8 * 1024 * 1024;
 
 /// A bounded, resumable log of one SSE stream's events.
@@ -30,14 +33,46 @@ pub struct EventStream {
     cap: usize,
 }
 
+/// One event of the log: its sequence number, the message, and whether it may be
+/// dropped when the log overflows (notifications only).
+struct Event {
+    seq: u64,
+    json: Arc<str>,
+    droppable: bool,
+}
+
 struct Inner {
-    events: VecDeque<(u64, Arc<str>)>,
+    events: VecDeque<Event>,
     bytes: usize,
     next_seq: u64,
     closed: bool,
     reader: u64,
     attached: bool,
     delivered: u64,
+}
+
+impl Inner {
+    /// Appends an event, then drops the oldest droppable ones while the log holds
+    /// more than `cap` events or more than [`MAX_STREAM_BYTES`] (never the last).
+    fn add(&mut self, json: String, droppable: bool, cap: usize) {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.bytes += json.len();
+        self.events.push_back(Event {
+            seq,
+            json: Arc::from(json),
+            droppable,
+        });
+        while self.events.len() > cap || self.bytes > MAX_STREAM_BYTES {
+            let last = self.events.len().saturating_sub(1);
+            let Some(pos) = self.events.iter().take(last).position(|e| e.droppable) else {
+                break;
+            };
+            if let Some(old) = self.events.remove(pos) {
+                self.bytes -= old.json.len();
+            }
+        }
+    }
 }
 
 /// What a reader finds at its cursor.
@@ -50,8 +85,6 @@ pub enum StreamRead {
     Closed,
     /// Another reader took over.
     Superseded,
-    /// Events after the cursor were dropped from the log.
-    Gap,
 }
 
 impl EventStream {
@@ -73,22 +106,25 @@ impl EventStream {
         }
     }
 
-    /// Appends one JSON-RPC message. Returns false if the stream is already closed.
+    /// Appends a response or a server→client request: never dropped. Returns false
+    /// if the stream is already closed.
     pub fn push(&self, json: String) -> bool {
+        self.append(json, false)
+    }
+
+    /// Appends a notification (progress, log, list change): dropped first when the
+    /// log overflows. Returns false if the stream is already closed.
+    pub fn push_notification(&self, json: String) -> bool {
+        self.append(json, true)
+    }
+
+    fn append(&self, json: String, droppable: bool) -> bool {
         {
             let mut g = self.inner.lock();
             if g.closed {
                 return false;
             }
-            let seq = g.next_seq;
-            g.next_seq += 1;
-            g.bytes += json.len();
-            g.events.push_back((seq, Arc::from(json)));
-            while g.events.len() > self.cap || (g.bytes > MAX_STREAM_BYTES && g.events.len() > 1) {
-                if let Some((_, old)) = g.events.pop_front() {
-                    g.bytes -= old.len();
-                }
-            }
+            g.add(json, droppable, self.cap);
         }
         self.notify.notify_waiters();
         true
@@ -101,10 +137,7 @@ impl EventStream {
             let mut g = self.inner.lock();
             if !g.closed {
                 if let Some(json) = last {
-                    let seq = g.next_seq;
-                    g.next_seq += 1;
-                    g.bytes += json.len();
-                    g.events.push_back((seq, Arc::from(json)));
+                    g.add(json, false, self.cap);
                 }
                 g.closed = true;
             }
@@ -146,7 +179,7 @@ impl EventStream {
                     return match (g.events.len(), g.next_seq) {
                         (1, 2) => {
                             g.delivered = 1;
-                            g.events.front().map(|e| e.1.clone())
+                            g.events.front().map(|e| e.json.clone())
                         }
                         _ => None,
                     };
@@ -207,17 +240,11 @@ impl EventStream {
         if g.reader != reader {
             return StreamRead::Superseded;
         }
-        let first = g.events.front().map(|e| e.0);
-        if let Some(first) = first {
-            if first > after + 1 && g.next_seq > after + 1 {
-                return StreamRead::Gap;
-            }
-        }
         let out: Vec<(u64, Arc<str>)> = g
             .events
             .iter()
-            .filter(|(s, _)| *s > after)
-            .cloned()
+            .filter(|e| e.seq > after)
+            .map(|e| (e.seq, e.json.clone()))
             .collect();
         if let Some(last) = out.last() {
             g.delivered = g.delivered.max(last.0);
@@ -310,13 +337,6 @@ pub fn sse_body(
                     return Some((Ok(Bytes::from(out)), st));
                 }
                 StreamRead::Closed | StreamRead::Superseded => return None,
-                StreamRead::Gap => {
-                    tracing::warn!(
-                        stream = st.stream.id,
-                        "SSE reader fell behind the event buffer; stream ended"
-                    );
-                    return None;
-                }
                 StreamRead::Pending => {
                     tokio::select! {
                         _ = &mut notified => continue,
@@ -365,15 +385,38 @@ mod tests {
         assert_eq!(text, "id: 3_2\nevent: message\ndata: {\"a\":2}\n\n");
     }
 
+    fn seqs(s: &EventStream, after: u64, r: u64) -> Vec<u64> {
+        match s.read(after, r) {
+            StreamRead::Events(v) => v.into_iter().map(|e| e.0).collect(),
+            _ => Vec::new(),
+        }
+    }
+
     #[tokio::test]
-    async fn overflow_is_a_gap_not_silent_loss() {
-        let s = Arc::new(EventStream::new(1, 2));
+    async fn overflow_drops_the_oldest_notifications_never_answers() {
+        let s = Arc::new(EventStream::new(1, 3));
+        s.push("ask".into()); // 1: a server→client request
         for i in 0..5 {
+            s.push_notification(format!("{i}")); // 2..=6
+        }
+        s.finish(Some("answer".into())); // 7
+        let r = s.attach();
+        // The request and the answer stay; of the notifications, the newest that fit.
+        assert_eq!(seqs(&s, 0, r), [1, 6, 7]);
+        // A reader far behind continues after what is gone, and still gets the answer.
+        assert_eq!(seqs(&s, 3, r), [6, 7]);
+    }
+
+    #[tokio::test]
+    async fn answers_are_kept_whatever_their_number() {
+        // A 2025-03-26 batch of many requests: every response is kept.
+        let s = Arc::new(EventStream::new(1, 2));
+        for i in 0..300 {
             s.push(format!("{i}"));
         }
+        s.close();
         let r = s.attach();
-        assert!(matches!(s.read(0, r), StreamRead::Gap));
-        assert!(matches!(s.read(3, r), StreamRead::Events(v) if v.len() == 2));
+        assert_eq!(seqs(&s, 0, r).len(), 300);
     }
 
     #[tokio::test]
@@ -381,14 +424,10 @@ mod tests {
         let s = Arc::new(EventStream::new(1, 1000));
         let big = "x".repeat(MAX_STREAM_BYTES / 2 + 1);
         for _ in 0..3 {
-            s.push(big.clone());
+            s.push_notification(big.clone());
         }
         let r = s.attach();
-        assert!(
-            matches!(s.read(0, r), StreamRead::Gap),
-            "the oldest were dropped"
-        );
-        assert!(matches!(s.read(2, r), StreamRead::Events(v) if v.len() == 1));
+        assert_eq!(seqs(&s, 0, r), [3], "the oldest were dropped");
     }
 
     #[tokio::test]
