@@ -7,6 +7,7 @@
 
 pub mod header;
 pub mod listen;
+pub mod meta;
 pub mod methods;
 pub mod param;
 pub mod results;

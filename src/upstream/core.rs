@@ -5,6 +5,7 @@
 //! backend (`listen`) and the public [`super::Conn`] (`conn`) are its siblings.
 
 use super::error::UpstreamError;
+use super::pending::{Pending, PendingTable};
 use crate::call::Sink;
 use crate::jsonrpc::{to_raw, Notification, Request, RequestId, Response};
 use crate::mcp::Era;
@@ -75,23 +76,11 @@ pub(crate) struct Outgoing {
     pub headers: Vec<(String, String)>,
 }
 
-pub(super) struct Pending {
-    pub(super) gen: u64,
-    /// The call's sink; `None` for Gantry's own requests (initialize).
-    pub(super) sink: Option<Sink>,
-    /// The progress token the client chose, restored on the way back.
-    pub(super) client_progress: Option<serde_json::Value>,
-    /// Gantry's `subscriptions/listen`: the version of the subscribed resources it
-    /// carries (its acknowledgement puts them in force).
-    pub(super) listen_version: Option<u64>,
-    pub(super) reply: oneshot::Sender<Result<Response, UpstreamError>>,
-}
-
 /// The shared state of one backend connection.
 pub(crate) struct Core {
     pub name: String,
     pub(super) next_id: AtomicU64,
-    pub(super) pending: Mutex<HashMap<u64, Pending>>,
+    pub(super) pending: PendingTable,
     pub(super) asks: Mutex<HashMap<String, AbortHandle>>,
     pub out: mpsc::Sender<Outgoing>,
     pub state: watch::Sender<State>,
@@ -252,7 +241,7 @@ impl Core {
         let id = self.next_id();
         let (params, client_progress) = rewrite_progress_token(params, id);
         let (tx, rx) = oneshot::channel();
-        self.pending.lock().insert(
+        self.pending.insert(
             id,
             Pending {
                 gen,
@@ -271,7 +260,7 @@ impl Core {
         if self.live_gen.load(Ordering::Acquire) != gen {
             let mut guard = guard;
             guard.disarm();
-            self.pending.lock().remove(&id);
+            self.pending.take(id);
             return Err(UpstreamError::Crashed {
                 backend: self.name.clone(),
                 reason: "the backend restarted before the request could be sent".into(),
@@ -366,15 +355,7 @@ impl Core {
 
     /// Fails every pending request of incarnation `gen` (all when `None`).
     pub(crate) fn fail_pending(&self, gen: Option<u64>, reason: &str) {
-        let drained: Vec<Pending> = {
-            let mut p = self.pending.lock();
-            let ids: Vec<u64> = p
-                .iter()
-                .filter(|(_, e)| gen.is_none_or(|g| e.gen == g))
-                .map(|(k, _)| *k)
-                .collect();
-            ids.into_iter().filter_map(|k| p.remove(&k)).collect()
-        };
+        let drained = self.pending.take_gen(gen);
         for p in drained {
             let _ = p.reply.send(Err(UpstreamError::Crashed {
                 backend: self.name.clone(),
@@ -393,7 +374,7 @@ impl Core {
 
     /// Fails one pending request (its transport broke).
     pub(crate) fn fail_one(&self, id: u64, reason: String) {
-        if let Some(p) = self.pending.lock().remove(&id) {
+        if let Some(p) = self.pending.take(id) {
             let _ = p.reply.send(Err(UpstreamError::Crashed {
                 backend: self.name.clone(),
                 reason,
@@ -403,18 +384,14 @@ impl Core {
 
     /// Whether request `id` still waits for its response.
     pub(crate) fn is_pending(&self, id: u64) -> bool {
-        self.pending.lock().contains_key(&id)
+        self.pending.contains(id)
     }
 
     /// Number of requests waiting for the backend.
     /// Client requests waiting for the backend's answer (Gantry's own, such as the
     /// long-lived `subscriptions/listen` of a stateless-era backend, are not counted).
     pub(crate) fn pending_len(&self) -> usize {
-        self.pending
-            .lock()
-            .values()
-            .filter(|p| p.sink.is_some())
-            .count()
+        self.pending.calls()
     }
 }
 
@@ -462,7 +439,7 @@ impl Drop for PendingGuard {
         if self.id == u64::MAX {
             return;
         }
-        if self.core.pending.lock().remove(&self.id).is_some() {
+        if self.core.pending.take(self.id).is_some() {
             let params =
                 to_raw(&serde_json::json!({ "requestId": self.id, "reason": self.reason }));
             self.core.send_line(

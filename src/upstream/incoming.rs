@@ -14,18 +14,7 @@ use std::sync::Arc;
 
 impl Core {
     pub(super) fn attribute(&self, related: Option<u64>) -> Option<Sink> {
-        let p = self.pending.lock();
-        if let Some(sink) = related
-            .and_then(|id| p.get(&id))
-            .and_then(|e| e.sink.clone())
-        {
-            return Some(sink);
-        }
-        let mut calls = p.values().filter_map(|e| e.sink.as_ref());
-        match (calls.next(), calls.next()) {
-            (Some(only), None) => Some(only.clone()),
-            _ => None,
-        }
+        self.pending.attribute(related)
     }
 
     pub(super) fn owner(&self) -> Option<Sink> {
@@ -45,7 +34,7 @@ impl Core {
                 let entry =
                     r.id.as_ref()
                         .and_then(RequestId::as_u64)
-                        .and_then(|id| self.pending.lock().remove(&id));
+                        .and_then(|id| self.pending.take(id));
                 match entry {
                     Some(p) => {
                         let _ = p.reply.send(Ok(r));
@@ -68,11 +57,7 @@ impl Core {
                 let token = params
                     .get("progressToken")
                     .and_then(serde_json::Value::as_u64);
-                let route = token.and_then(|t| {
-                    let p = self.pending.lock();
-                    p.get(&t)
-                        .and_then(|e| Some((e.sink.clone()?, e.client_progress.clone()?)))
-                });
+                let route = token.and_then(|t| self.pending.progress_route(t));
                 match route {
                     Some((sink, client_token)) => {
                         params.insert("progressToken".into(), client_token);
@@ -99,7 +84,7 @@ impl Core {
                             .get(crate::mcp::META_SUBSCRIPTION_ID)?
                             .as_u64()
                     })
-                    .and_then(|id| self.pending.lock().get(&id)?.listen_version);
+                    .and_then(|id| self.pending.listen_version(id));
                 let Some(v) = listen else { return };
                 self.listen_acked.send_if_modified(|acked| {
                     let newer = v > *acked;

@@ -2,7 +2,7 @@
 //!
 //! A [`Conn`] is one MCP client session with one backend. It owns the upstream id
 //! space: every forwarded request gets a fresh integer id from a per-connection
-//! counter, and the pending table maps it back to the exact call (its reply channel
+//! counter, and the pending table (`pending`) maps it back to the exact call (its reply channel
 //! and its [`Sink`]), never to the client's id — so clients that reuse ids can never
 //! be cross-wired. Progress tokens are rewritten the same way. The transport tasks
 //! (`stdio`, `http`) only move bytes; everything id-shaped happens in `core`, and the attribution of what a backend sends in `incoming`.
@@ -20,6 +20,7 @@ mod handshake;
 mod http;
 mod incoming;
 mod listen;
+mod pending;
 mod stats;
 mod stdio;
 mod supervise;
@@ -64,7 +65,7 @@ impl Conn {
         let core = Arc::new(Core {
             name: cfg.name.clone(),
             next_id: AtomicU64::new(1),
-            pending: Mutex::new(HashMap::new()),
+            pending: Default::default(),
             asks: Mutex::new(HashMap::new()),
             out: out_tx,
             state,

@@ -5,11 +5,8 @@
 use crate::front::stateless::clip;
 use crate::front::stateless::input_capable;
 use crate::jsonrpc::{code, RpcError};
-use crate::mcp::{
-    all_versions, META_CLIENT_CAPABILITIES as META_CAPS, META_LOG_LEVEL,
-    META_PROTOCOL_VERSION as META_VERSION, STATELESS_VERSIONS,
-};
-use crate::router::level_rank;
+use crate::mcp::meta::RequestMeta;
+use crate::mcp::{all_versions, STATELESS_VERSIONS};
 use axum::http::{HeaderMap, StatusCode};
 use serde_json::{json, Map, Value};
 
@@ -48,28 +45,8 @@ pub(super) fn validate(
         ));
     };
     let header_version = header_version.to_str().unwrap_or_default().trim();
-    let meta = params.get("_meta").and_then(Value::as_object);
-    let Some(meta) = meta else {
-        return Err(bad(
-            code::INVALID_PARAMS,
-            format!("params._meta is required (with `{META_VERSION}` and `{META_CAPS}`)"),
-        ));
-    };
-    let Some(version) = meta.get(META_VERSION).and_then(Value::as_str) else {
-        return Err(bad(
-            code::INVALID_PARAMS,
-            format!("params._meta[\"{META_VERSION}\"] (a string) is required"),
-        ));
-    };
-    let capabilities = match meta.get(META_CAPS) {
-        Some(c @ Value::Object(_)) => c.clone(),
-        _ => {
-            return Err(bad(
-                code::INVALID_PARAMS,
-                format!("params._meta[\"{META_CAPS}\"] (an object) is required"),
-            ))
-        }
-    };
+    let meta = RequestMeta::read(params).map_err(|e| bad(code::INVALID_PARAMS, e.to_string()))?;
+    let version = meta.protocol_version;
     if header_version != version {
         return Err(bad(
             code::HEADER_MISMATCH,
@@ -146,20 +123,11 @@ pub(super) fn validate(
             }
         }
     }
-    let log_rank = match meta.get(META_LOG_LEVEL) {
-        None => None,
-        Some(l) => match l.as_str().and_then(level_rank) {
-            Some(r) => Some(r),
-            None => {
-                return Err(bad(
-                    code::INVALID_PARAMS,
-                    format!("params._meta[\"{META_LOG_LEVEL}\"] is not a logging level"),
-                ))
-            }
-        },
-    };
+    let log_rank = meta
+        .log_rank()
+        .map_err(|e| bad(code::INVALID_PARAMS, e.to_string()))?;
     Ok(Declared {
-        capabilities,
+        capabilities: meta.client_capabilities.clone(),
         log_rank,
     })
 }
