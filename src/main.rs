@@ -192,6 +192,8 @@ fn main() -> std::process::ExitCode {
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
     let cfg = build_config(&cli)?;
+    let open_files = gantry::front::raise_open_file_limit();
+    tracing::debug!(?open_files, "open-file limit");
     let listener = tokio::net::TcpListener::bind(cfg.listen)
         .await
         .with_context(|| format!("cannot listen on {}", cfg.listen))?;

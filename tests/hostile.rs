@@ -117,3 +117,240 @@ async fn a_batch_larger_than_the_event_buffer_is_answered_whole() {
     ids.sort_unstable();
     assert_eq!(ids, (0..300).collect::<Vec<i64>>());
 }
+
+// ---- connections: every phase bounded, a cap before the file-descriptor limit ----
+
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+fn addr_of(g: &Gantry) -> String {
+    g.base.trim_start_matches("http://").to_owned()
+}
+
+async fn raw(g: &Gantry) -> TcpStream {
+    TcpStream::connect(addr_of(g)).await.unwrap()
+}
+
+/// Reads until the peer closes the connection (Ok: everything read) or `within`
+/// passes (Err: still open, with what was read so far).
+async fn read_to_close(s: &mut TcpStream, within: Duration) -> Result<Vec<u8>, Vec<u8>> {
+    let end = Instant::now() + within;
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let left = end.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, s.read(&mut buf)).await {
+            Err(_) => return Err(got),
+            Ok(Ok(0)) | Ok(Err(_)) => return Ok(got),
+            Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+/// SIGTERM completes although a client holds a half-sent request open, and the
+/// backend processes are stopped.
+#[tokio::test]
+async fn shutdown_completes_while_a_client_holds_a_half_sent_request() {
+    let mut g = gantry()
+        .server("shutdown_grace = \"1s\"")
+        .backend(example().mode("shared"))
+        .start();
+    let mut c = g.client();
+    c.initialize().await;
+    let _ = c
+        .call_tool(json!(1), "echo", json!({"message": "up"}))
+        .await;
+    let backends: Vec<u32> = descendants_of(g.pid()).iter().map(|d| d.0).collect();
+    assert!(!backends.is_empty(), "the shared backend runs");
+    let mut half = raw(&g).await;
+    half.write_all(b"POST /mcp HTTP/1.1\r\nHost: x\r\nX: a")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let status = g.terminate(Duration::from_secs(15));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "gantry did not exit cleanly: {status:?}"
+    );
+    for p in backends {
+        assert!(!alive(p), "backend process {p} outlived gantry");
+    }
+}
+
+/// A request head that arrives too slowly, and a kept-alive connection left idle,
+/// are closed after `header_timeout`; other clients are served meanwhile.
+#[tokio::test]
+async fn slow_heads_and_idle_connections_are_closed() {
+    let g = gantry()
+        .server("header_timeout = \"1s\"")
+        .backend(example())
+        .start();
+    let mut slow = raw(&g).await;
+    slow.write_all(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        .await
+        .unwrap();
+    let mut idle = raw(&g).await;
+    idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        .await
+        .unwrap();
+    let mut c = g.client();
+    c.initialize().await; // others are served while those two wait
+    assert!(
+        read_to_close(&mut slow, Duration::from_secs(10))
+            .await
+            .is_ok(),
+        "a half-sent head held its connection open"
+    );
+    let answered = read_to_close(&mut idle, Duration::from_secs(10))
+        .await
+        .expect("an idle keep-alive connection was held open");
+    assert!(
+        String::from_utf8_lossy(&answered).starts_with("HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&answered)
+    );
+}
+
+/// A body that stops arriving gets 408 with a JSON-RPC error after `body_timeout`.
+#[tokio::test]
+async fn a_stalled_body_gets_408() {
+    let g = gantry()
+        .server("body_timeout = \"1s\"")
+        .backend(example())
+        .start();
+    let mut s = raw(&g).await;
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nContent-Length: 100\r\n\r\n{{\"jsonrpc\"",
+        addr_of(&g)
+    );
+    s.write_all(head.as_bytes()).await.unwrap();
+    let got = read_to_close(&mut s, Duration::from_secs(10))
+        .await
+        .expect("a stalled body held its connection open");
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+    let body: Value = serde_json::from_str(text.split("\r\n\r\n").nth(1).unwrap_or("")).unwrap();
+    assert_eq!(body["error"]["code"], -32600, "{body}");
+    assert_eq!(body["id"], Value::Null);
+}
+
+/// Beyond `max_connections` a connection is answered 503 (a liveness probe 200) and
+/// closed; once connections close, new ones are served again.
+#[tokio::test]
+async fn beyond_the_connection_cap_503_and_healthz_still_answers() {
+    let g = gantry()
+        .server("max_connections = 3")
+        .backend(example())
+        .start();
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(raw(&g).await);
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut over = raw(&g).await;
+    over.write_all(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2\r\n\r\n{}")
+        .await
+        .unwrap();
+    let got = read_to_close(&mut over, Duration::from_secs(5))
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.starts_with("HTTP/1.1 503"), "{text}");
+    assert!(text.to_lowercase().contains("retry-after: 1"), "{text}");
+    let body: Value = serde_json::from_str(text.split("\r\n\r\n").nth(1).unwrap_or("")).unwrap();
+    assert_eq!(body["error"]["code"], -32000, "{body}");
+    let mut probe = raw(&g).await;
+    probe
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        .await
+        .unwrap();
+    let got = read_to_close(&mut probe, Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert!(String::from_utf8_lossy(&got).starts_with("HTTP/1.1 200"));
+    drop(held);
+    let end = Instant::now() + Duration::from_secs(10);
+    loop {
+        let c = g.client();
+        let r = c
+            .post(&json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
+                "protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}))
+            .await;
+        if r.status == 200 {
+            break;
+        }
+        assert!(
+            Instant::now() < end,
+            "still refused after the others closed: {}",
+            r.raw
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A client that stops reading a stream is disconnected after `write_timeout`
+/// instead of holding its connection forever, and what it missed, answer included,
+/// is still there when it resumes.
+#[tokio::test]
+async fn a_client_that_stops_reading_is_disconnected_and_resumes_its_answer() {
+    let g = gantry()
+        .server("write_timeout = \"1s\"")
+        .backend(python_fixture("mb", "misbehaving_server.py"))
+        .start();
+    let mut c = g.client();
+    c.initialize().await;
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    sock.set_recv_buffer_size(4096).unwrap();
+    let mut s = sock.connect(addr_of(&g).parse().unwrap()).await.unwrap();
+    let body = json!({"jsonrpc":"2.0","id":"f","method":"tools/call",
+                      "params":{"name":"flood","arguments":{"n":2000,"bytes":4000}}})
+    .to_string();
+    let req = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nMcp-Session-Id: {}\r\n\
+         MCP-Protocol-Version: {}\r\nContent-Length: {}\r\n\r\n{body}",
+        addr_of(&g),
+        c.session.as_deref().unwrap(),
+        c.version,
+        body.len()
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    assert!(
+        metric_until(&g, "gantry_calls_in_flight", |n| n == 1.0).await,
+        "the call did not start"
+    );
+    assert!(
+        metric_until(&g, "gantry_calls_in_flight", |n| n == 0.0).await,
+        "the call did not finish"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await; // stalled longer than write_timeout
+    let got = read_to_close(&mut s, Duration::from_secs(20))
+        .await
+        .expect("a client that stopped reading kept its connection");
+    let text = String::from_utf8_lossy(&got);
+    let first_id = text
+        .lines()
+        .find_map(|l| l.strip_prefix("id: "))
+        .expect("the stream's first event id")
+        .to_owned();
+    let resumed = c
+        .http
+        .get(&c.url)
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", c.session.as_deref().unwrap())
+        .header("mcp-protocol-version", &c.version)
+        .header("last-event-id", &first_id)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resumed.status(), 200);
+    let answer = SseReader::new(resumed)
+        .message_where(deadline(10), |m| m.get("id") == Some(&json!("f")))
+        .await;
+    assert_eq!(
+        answer["result"]["content"][0]["text"], "flooded 2000",
+        "{answer}"
+    );
+}

@@ -67,6 +67,21 @@ pub struct ServerConfig {
     /// Default `5m`.
     #[serde(with = "humantime_serde")]
     pub input_timeout: Duration,
+    /// A connection must deliver a complete request head within this long of opening
+    /// or of its previous response (slow heads, idle keep-alive). Default `30s`.
+    #[serde(with = "humantime_serde")]
+    pub header_timeout: Duration,
+    /// A request body must arrive whole within this long. Default `30s`.
+    #[serde(with = "humantime_serde")]
+    pub body_timeout: Duration,
+    /// A response write that makes no progress for this long ends the connection (the
+    /// client stopped reading; what it missed stays resumable). Default `30s`.
+    #[serde(with = "humantime_serde")]
+    pub write_timeout: Duration,
+    /// At most this many open client connections; one more is answered 503 and closed.
+    /// Default 0: half the open-file limit (raised to its hard limit at start), at most
+    /// 10000.
+    pub max_connections: usize,
 }
 
 impl Default for ServerConfig {
@@ -86,6 +101,10 @@ impl Default for ServerConfig {
             metrics: true,
             shutdown_grace: Duration::from_secs(10),
             input_timeout: Duration::from_secs(5 * 60),
+            header_timeout: Duration::from_secs(30),
+            body_timeout: Duration::from_secs(30),
+            write_timeout: Duration::from_secs(30),
+            max_connections: 0,
         }
     }
 }

@@ -71,6 +71,15 @@ impl ConfigFile {
         if self.server.session_idle_timeout < Duration::from_secs(1) {
             problems.push("server.session_idle_timeout: must be at least 1s".into());
         }
+        for (key, d) in [
+            ("header_timeout", self.server.header_timeout),
+            ("body_timeout", self.server.body_timeout),
+            ("write_timeout", self.server.write_timeout),
+        ] {
+            if d < Duration::from_millis(100) {
+                problems.push(format!("server.{key}: must be at least 100ms"));
+            }
+        }
         if self.server.sse_keepalive < Duration::from_millis(100) {
             problems.push("server.sse_keepalive: must be at least 100ms".into());
         }

@@ -31,6 +31,9 @@ pub enum FrontError {
     /// Body over `server.max_body_bytes`: 413.
     #[error("Request body larger than {0} bytes")]
     TooLarge(usize),
+    /// The body did not arrive whole within `server.body_timeout`: 408.
+    #[error("Request Timeout: the request body did not arrive within {}", humantime::format_duration(*.0))]
+    BodyTimeout(std::time::Duration),
     /// Body is not JSON: 400, -32700.
     #[error("Parse error: {0}")]
     Parse(String),
@@ -74,6 +77,7 @@ impl FrontError {
             Self::NotAcceptable(_) => StatusCode::NOT_ACCEPTABLE,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             Self::Parse(_)
             | Self::Invalid(_)
             | Self::BadRequest(_)
@@ -101,6 +105,7 @@ impl FrontError {
             Self::Parse(_) => code::PARSE_ERROR,
             Self::Invalid(_)
             | Self::TooLarge(_)
+            | Self::BodyTimeout(_)
             | Self::MethodNotAllowed
             | Self::NotAcceptable(_)
             | Self::UnsupportedMediaType
@@ -121,7 +126,7 @@ impl IntoResponse for FrontError {
             body,
         )
             .into_response();
-        if matches!(self, Self::TooLarge(_)) {
+        if matches!(self, Self::TooLarge(_) | Self::BodyTimeout(_)) {
             // The rest of the body was not read: the connection cannot carry another
             // request, and the client must not reuse it.
             resp.headers_mut()

@@ -96,9 +96,11 @@ pub(crate) async fn read_body(
     if declared.is_some_and(|n| n > limit) {
         return Err(FrontError::TooLarge(limit));
     }
-    axum::body::to_bytes(body, limit)
-        .await
-        .map_err(|_| FrontError::TooLarge(limit))
+    let within = app.cfg.server.body_timeout;
+    match tokio::time::timeout(within, axum::body::to_bytes(body, limit)).await {
+        Ok(read) => read.map_err(|_| FrontError::TooLarge(limit)),
+        Err(_) => Err(FrontError::BodyTimeout(within)),
+    }
 }
 
 pub(super) fn session_header(headers: &HeaderMap) -> Option<&str> {

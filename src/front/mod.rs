@@ -8,6 +8,7 @@
 //! session is 404) → `MCP-Protocol-Version` (400) → dispatch. Every HTTP-level error
 //! carries a JSON-RPC error body with `"id": null`.
 
+mod conn;
 mod edge;
 mod error;
 mod http;
@@ -17,6 +18,7 @@ mod origin;
 mod session_era;
 mod stateless;
 
+pub use conn::raise_open_file_limit;
 pub use error::FrontError;
 pub use origin::OriginPolicy;
 
@@ -248,25 +250,26 @@ pub async fn serve(
         })
     };
     let routes = routes(app.clone());
-    // Small SSE writes must not wait for the peer's delayed ACK (Nagle): ~40 ms a call.
-    use axum::serve::ListenerExt;
-    let listener = listener.tap_io(|tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
-        }
-    });
-    let result = axum::serve(listener, routes)
-        .with_graceful_shutdown({
-            let stop = stop.clone();
-            async move { stop.cancelled().await }
-        })
-        .await;
+    let server = &app.cfg.server;
+    let limits = conn::ConnLimits {
+        header_timeout: server.header_timeout,
+        write_timeout: server.write_timeout,
+        max_connections: conn::connection_cap(server.max_connections),
+    };
+    tracing::debug!(
+        max_connections = limits.max_connections,
+        "accepting connections"
+    );
+    let conns = conn::accept(listener, routes, limits, stop.clone()).await;
     reaper.abort();
     stop.cancel();
     let _ = drain.await;
     drained.cancelled().await;
     app.sessions.end_all().await;
+    // Every exchange had its grace; what a client still holds open (a half-sent
+    // request, an unread stream) is closed a moment later, whatever it does.
+    conns.close(Duration::from_secs(1)).await;
     let _ = pools.await;
     app.router.shutdown().await;
-    result
+    Ok(())
 }

@@ -1,0 +1,309 @@
+//! Accepting connections, each phase bounded (README "Timeouts, caps and quotas"):
+//!
+//! - a connection must deliver a complete request head within `header_timeout` of
+//!   opening or of its previous response (slowloris heads, idle keep-alive);
+//! - a response write that makes no progress for `write_timeout` ends the connection
+//!   (a client that stopped reading; what it missed stays resumable);
+//! - at most `max_connections` at once: one more is answered `503` (`/healthz` still
+//!   `200`) and closed, so the process never reaches its open-file limit;
+//! - on shutdown every connection is told to finish, and whatever is still open when
+//!   the caller says so (after `shutdown_grace`) is closed, however the client behaves.
+//!
+//! Body reads are bounded where bodies are read ([`super::http::read_body`]).
+
+use axum::extract::ConnectInfo;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::service::TowerToHyperService;
+use std::future::Future as _;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+use tokio::time::Sleep;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tower::ServiceExt as _;
+
+/// How connections are bounded.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ConnLimits {
+    pub(crate) header_timeout: Duration,
+    pub(crate) write_timeout: Duration,
+    pub(crate) max_connections: usize,
+}
+
+/// Connections over the cap being answered `503` at once, at most; beyond that
+/// they are closed unanswered (each holds a file descriptor for up to a second).
+const MAX_REFUSING: usize = 64;
+
+/// The connections being served, and how to end them.
+pub(crate) struct Connections {
+    tracker: TaskTracker,
+    /// Tells every connection to finish its current exchange and close.
+    finish: CancellationToken,
+    /// Closes every connection now.
+    kill: CancellationToken,
+}
+
+impl Connections {
+    /// Tells every connection to finish what it is doing and close, then waits up
+    /// to `patience` for them; closes the rest.
+    pub(crate) async fn close(&self, patience: Duration) {
+        self.finish.cancel();
+        self.tracker.close();
+        if tokio::time::timeout(patience, self.tracker.wait())
+            .await
+            .is_err()
+        {
+            tracing::info!(
+                connections = self.tracker.len(),
+                "closing connections still open"
+            );
+            self.kill.cancel();
+            self.tracker.wait().await;
+        }
+    }
+}
+
+/// Accepts connections until `stop`, serving each with `routes`. Returns the
+/// connections still open, to be ended with [`Connections::close`].
+pub(crate) async fn accept(
+    listener: TcpListener,
+    routes: axum::Router,
+    limits: ConnLimits,
+    stop: CancellationToken,
+) -> Connections {
+    let conns = Connections {
+        tracker: TaskTracker::new(),
+        finish: CancellationToken::new(),
+        kill: CancellationToken::new(),
+    };
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let refusing = Arc::new(Semaphore::new(MAX_REFUSING));
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(Some(Duration::from_secs(20)))
+        .keep_alive_timeout(Duration::from_secs(20))
+        .max_concurrent_streams(256);
+    let builder = Arc::new(builder);
+    let mut fd_warned: Option<tokio::time::Instant> = None;
+    loop {
+        let (tcp, peer) = tokio::select! {
+            biased;
+            _ = stop.cancelled() => break,
+            r = listener.accept() => match r {
+                Ok(c) => c,
+                Err(e) => {
+                    // Out of file descriptors (or a transient accept error): wait a
+                    // little rather than spin; the connections open keep working.
+                    if fd_warned.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
+                        tracing::warn!(error = %e, "cannot accept a connection; retrying");
+                        fd_warned = Some(tokio::time::Instant::now());
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        // Small SSE writes must not wait for the peer's delayed ACK (Nagle): ~40 ms a call.
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+        }
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            if let Ok(p) = refusing.clone().try_acquire_owned() {
+                conns.tracker.spawn(async move {
+                    refuse(tcp).await;
+                    drop(p);
+                });
+            }
+            continue;
+        };
+        let svc = routes
+            .clone()
+            .map_request(move |mut req: hyper::Request<Incoming>| {
+                req.extensions_mut().insert(ConnectInfo(peer));
+                req.map(axum::body::Body::new)
+            });
+        let (builder, finish, kill) = (builder.clone(), conns.finish.clone(), conns.kill.clone());
+        let io = TokioIo::new(Stalls::new(tcp, limits.write_timeout));
+        conns.tracker.spawn(async move {
+            let conn = builder.serve_connection(io, TowerToHyperService::new(svc));
+            tokio::pin!(conn);
+            let finished = tokio::select! {
+                r = conn.as_mut() => Some(r),
+                _ = finish.cancelled() => None,
+                _ = kill.cancelled() => return,
+            };
+            let result = match finished {
+                Some(r) => r,
+                None => {
+                    conn.as_mut().graceful_shutdown();
+                    tokio::select! {
+                        r = conn.as_mut() => r,
+                        _ = kill.cancelled() => return,
+                    }
+                }
+            };
+            if let Err(e) = result {
+                tracing::debug!(%peer, error = %e, "connection ended with an error");
+            }
+            drop(slot);
+        });
+    }
+    conns
+}
+
+/// Answers a connection over the cap: `200` for a liveness probe (the process is
+/// alive), `503` for anything else; then closes it. Bounded to about a second.
+async fn refuse(mut tcp: TcpStream) {
+    let mut head = [0u8; 1024];
+    let n = match tokio::time::timeout(Duration::from_millis(500), tcp.read(&mut head)).await {
+        Ok(Ok(n)) => n,
+        _ => 0,
+    };
+    let probe = head
+        .get(..n)
+        .is_some_and(|h| h.starts_with(b"GET /healthz ") || h.starts_with(b"HEAD /healthz "));
+    let response = if probe {
+        "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok".to_owned()
+    } else {
+        let body = r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":"Service Unavailable: too many open connections; retry later"}}"#;
+        format!(
+            "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        )
+    };
+    let _ = tokio::time::timeout(Duration::from_millis(500), async {
+        tcp.write_all(response.as_bytes()).await?;
+        tcp.shutdown().await
+    })
+    .await;
+}
+
+/// A TCP stream whose writes fail with `TimedOut` when they make no progress for
+/// `limit`: a peer that stopped reading cannot hold a connection forever.
+struct Stalls {
+    inner: TcpStream,
+    limit: Duration,
+    stalled: Option<Pin<Box<Sleep>>>,
+}
+
+impl Stalls {
+    fn new(inner: TcpStream, limit: Duration) -> Self {
+        Self {
+            inner,
+            limit,
+            stalled: None,
+        }
+    }
+
+    /// Called when a write is pending: arms the stall timer on first call, and
+    /// fails once it has run out.
+    fn check(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
+        let limit = self.limit;
+        let timer = self
+            .stalled
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+        match timer.as_mut().poll(cx) {
+            Poll::Ready(()) => Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the client read nothing for the write timeout",
+            )),
+            Poll::Pending => Ok(()),
+        }
+    }
+
+    fn progress<T>(&mut self, cx: &mut Context<'_>, r: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
+        match r {
+            Poll::Pending => {
+                self.check(cx)?;
+                Poll::Pending
+            }
+            ready => {
+                self.stalled = None;
+                ready
+            }
+        }
+    }
+}
+
+impl AsyncRead for Stalls {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Stalls {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.progress(cx, r)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.progress(cx, r)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let r = Pin::new(&mut self.inner).poll_flush(cx);
+        self.progress(cx, r)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// Raises the soft open-file limit to the hard one (as most servers do; the default
+/// soft limit of 1024 is far below what a gateway needs) and returns the limit now
+/// in force (`None`: unknown).
+pub fn raise_open_file_limit() -> Option<u64> {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).ok()?;
+    if soft < hard && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_ok() {
+        return Some(hard);
+    }
+    Some(soft)
+}
+
+/// The connection cap in force: the configured one, or (0) half the open-file limit,
+/// at most 10,000, so the process keeps descriptors for backends and logs.
+pub(crate) fn connection_cap(configured: usize) -> usize {
+    if configured > 0 {
+        return configured;
+    }
+    let limit = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+        .map(|(soft, _)| soft)
+        .unwrap_or(1024);
+    usize::try_from(limit / 2)
+        .unwrap_or(10_000)
+        .clamp(16, 10_000)
+}
