@@ -347,7 +347,17 @@ async fn garbage_and_overlong_lines_on_stdout_are_logged_and_skipped() {
         .collect();
     assert_eq!(
         names,
-        ["echo", "pid", "crash", "hang", "change", "flood", "ask_many"]
+        [
+            "echo",
+            "pid",
+            "crash",
+            "hang",
+            "change",
+            "flood",
+            "huge",
+            "close_stdout",
+            "ask_many"
+        ]
     );
 
     for i in 0..3 {

@@ -354,3 +354,82 @@ async fn a_client_that_stops_reading_is_disconnected_and_resumes_its_answer() {
         "{answer}"
     );
 }
+
+// ---- backends that break the framing ----
+
+/// A stdio backend that closes its stdout but keeps running can never answer again:
+/// its call fails at once (not after `request_timeout`), it is restarted, and the
+/// next calls work.
+#[tokio::test]
+async fn a_backend_that_closes_its_stdout_is_restarted() {
+    let g = gantry()
+        .backend(
+            python_fixture("mb", "misbehaving_server.py")
+                .mode("shared")
+                .set("request_timeout = \"60s\""),
+        )
+        .start();
+    let mut c = g.client();
+    c.initialize().await;
+    let before = c.call_tool(json!(1), "pid", json!({})).await;
+    let started = Instant::now();
+    let r = c.call_tool(json!(2), "close_stdout", json!({})).await;
+    let msg = r["error"]["message"].as_str().unwrap_or_default();
+    assert!(msg.contains("closed its stdout"), "{r}");
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "waited for the timeout"
+    );
+    let end = Instant::now() + Duration::from_secs(15);
+    let after = loop {
+        let r = c.call_tool(json!(3), "pid", json!({})).await;
+        if r.get("result").is_some() {
+            break r;
+        }
+        assert!(Instant::now() < end, "never came back: {r}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_ne!(
+        before["result"]["content"][0]["text"], after["result"]["content"][0]["text"],
+        "a new process answers"
+    );
+}
+
+/// An answer larger than `max_message_bytes` fails its own call at once with an
+/// error that says so, whichever order the backend writes its members in; the
+/// session goes on.
+#[tokio::test]
+async fn an_answer_over_the_message_limit_fails_its_call_at_once() {
+    let g = gantry()
+        .backend(
+            python_fixture("mb", "misbehaving_server.py")
+                .set("max_message_bytes = 100000")
+                .set("request_timeout = \"60s\""),
+        )
+        .start();
+    let mut c = g.client();
+    c.initialize().await;
+    for (id, id_last) in [(1, false), (2, true)] {
+        let started = Instant::now();
+        let r = c
+            .call_tool(
+                json!(id),
+                "huge",
+                json!({"bytes": 300_000, "id_last": id_last}),
+            )
+            .await;
+        assert_eq!(r["id"], id, "{r}");
+        let msg = r["error"]["message"].as_str().unwrap_or_default();
+        assert!(msg.contains("more than max_message_bytes (100000)"), "{r}");
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "waited for the timeout"
+        );
+    }
+    let ok = c.call_tool(json!(3), "huge", json!({"bytes": 1000})).await;
+    assert_eq!(
+        ok["result"]["content"][0]["text"].as_str().map(str::len),
+        Some(1000),
+        "{ok}"
+    );
+}

@@ -374,11 +374,14 @@ impl Core {
 
     /// Fails one pending request (its transport broke).
     pub(crate) fn fail_one(&self, id: u64, reason: String) {
+        let backend = self.name.clone();
+        self.fail_request(id, UpstreamError::Crashed { backend, reason });
+    }
+
+    /// Fails one pending request with `err`.
+    pub(crate) fn fail_request(&self, id: u64, err: UpstreamError) {
         if let Some(p) = self.pending.take(id) {
-            let _ = p.reply.send(Err(UpstreamError::Crashed {
-                backend: self.name.clone(),
-                reason,
-            }));
+            let _ = p.reply.send(Err(err));
         }
     }
 

@@ -8,6 +8,7 @@
 //! child is restarted with exponential backoff and re-initialized.
 
 use super::core::{Core, Outgoing, State, StdinSlot};
+use super::error::UpstreamError;
 use super::handshake::handshake;
 use super::supervise::Transport;
 use crate::config::{RestartConfig, StdioConfig};
@@ -23,6 +24,9 @@ use tokio_util::sync::CancellationToken;
 
 /// How long a child gets to exit after its stdin closes, and again after SIGTERM.
 const EXIT_GRACE: Duration = Duration::from_secs(2);
+/// After a child closes its stdout, how long it may take to exit by itself before it
+/// is stopped (it can no longer answer anything).
+const STDOUT_EOF_GRACE: Duration = Duration::from_millis(500);
 /// Longest stderr line logged (the rest is cut).
 const MAX_STDERR_LINE: usize = 8 * 1024;
 
@@ -119,7 +123,13 @@ async fn run_once(
     };
     tracing::info!(backend = %core.name, pid = ?child.id(), command = %cfg.command, "backend process started");
     *core.stdin.lock().await = Some(StdinSlot { gen, w: stdin });
-    let reader = tokio::spawn(read_stdout(core.clone(), gen, BufReader::new(stdout)));
+    let stdout_closed = CancellationToken::new();
+    let reader = tokio::spawn(read_stdout(
+        core.clone(),
+        gen,
+        BufReader::new(stdout),
+        stdout_closed.clone(),
+    ));
     let name = core.name.clone();
     let stderr_task = tokio::spawn(log_stderr(name, BufReader::new(stderr)));
     let init_failed = CancellationToken::new();
@@ -172,6 +182,19 @@ async fn run_once(
                 stop_gracefully(&mut child, &guard, stdin).await;
                 break "shut down".into();
             }
+            _ = stdout_closed.cancelled() => {
+                // Usually the child is exiting; if it lingers with its stdout closed it
+                // can never answer again: stop it (in-flight calls fail at once).
+                if let Ok(status) = tokio::time::timeout(STDOUT_EOF_GRACE, child.wait()).await {
+                    break match status {
+                        Ok(s) => format!("process exited ({s})"),
+                        Err(e) => format!("cannot wait for process: {e}"),
+                    };
+                }
+                let stdin = core.stdin.lock().await.take().map(|s| s.w);
+                stop_gracefully(&mut child, &guard, stdin).await;
+                break "the process closed its stdout (it can no longer answer); stopped".into();
+            }
             _ = init_failed.cancelled() => {
                 let stdin = core.stdin.lock().await.take().map(|s| s.w);
                 stop_gracefully(&mut child, &guard, stdin).await;
@@ -212,8 +235,44 @@ async fn stop_gracefully(child: &mut Child, guard: &GroupGuard, stdin: Option<Ch
 /// What one bounded line read produced.
 enum Line {
     Data,
-    TooLong(usize),
+    /// A line over the limit, discarded; its first and last bytes are kept to tell
+    /// whose answer it was ([`oversize_answer_id`]).
+    TooLong(Oversize),
     Eof,
+}
+
+/// What is kept of a discarded line.
+#[derive(Default)]
+struct Oversize {
+    bytes: usize,
+    head: Vec<u8>,
+    tail: Vec<u8>,
+}
+
+const OVERSIZE_HEAD: usize = 4096;
+const OVERSIZE_TAIL: usize = 256;
+
+impl Oversize {
+    fn start(line_so_far: &[u8]) -> Self {
+        let mut o = Self {
+            head: line_so_far
+                .get(..OVERSIZE_HEAD.min(line_so_far.len()))
+                .unwrap_or_default()
+                .to_vec(),
+            ..Self::default()
+        };
+        o.more(line_so_far);
+        o
+    }
+
+    fn more(&mut self, part: &[u8]) {
+        self.bytes += part.len();
+        let keep = part.len().min(OVERSIZE_TAIL);
+        self.tail
+            .extend_from_slice(part.get(part.len() - keep..).unwrap_or_default());
+        let over = self.tail.len().saturating_sub(OVERSIZE_TAIL);
+        self.tail.drain(..over);
+    }
 }
 
 /// Reads one `\n`-terminated line into `buf` (without the newline), discarding any
@@ -224,48 +283,195 @@ async fn read_line_bounded<R: AsyncBufRead + Unpin>(
     max: usize,
 ) -> std::io::Result<Line> {
     buf.clear();
-    let mut discarded = 0usize;
+    let mut oversize: Option<Oversize> = None;
     loop {
         let chunk = r.fill_buf().await?;
         if chunk.is_empty() {
-            return Ok(if discarded > 0 {
-                Line::TooLong(discarded)
-            } else if buf.is_empty() {
-                Line::Eof
-            } else {
-                Line::Data
+            return Ok(match oversize {
+                Some(o) => Line::TooLong(o),
+                None if buf.is_empty() => Line::Eof,
+                None => Line::Data,
             });
         }
         let (part, found) = match chunk.iter().position(|&b| b == b'\n') {
             Some(i) => (chunk.get(..i).unwrap_or_default(), Some(i + 1)),
             None => (chunk, None),
         };
-        if discarded > 0 || buf.len() + part.len() > max {
-            discarded += buf.len() + part.len();
-            buf.clear();
-        } else {
-            buf.extend_from_slice(part);
+        match &mut oversize {
+            Some(o) => o.more(part),
+            None if buf.len() + part.len() > max => {
+                let mut o = Oversize::start(buf);
+                o.more(part);
+                if o.head.len() < OVERSIZE_HEAD {
+                    let room = OVERSIZE_HEAD - o.head.len();
+                    o.head
+                        .extend_from_slice(part.get(..room.min(part.len())).unwrap_or_default());
+                }
+                buf.clear();
+                oversize = Some(o);
+            }
+            None => buf.extend_from_slice(part),
         }
         let used = found.unwrap_or(chunk.len());
         r.consume(used);
         if found.is_some() {
-            return Ok(if discarded > 0 {
-                Line::TooLong(discarded)
-            } else {
-                Line::Data
+            return Ok(match oversize {
+                Some(o) => Line::TooLong(o),
+                None => Line::Data,
             });
         }
     }
 }
 
-async fn read_stdout<R: AsyncBufRead + Unpin>(core: Arc<Core>, gen: u64, mut r: R) {
+/// The upstream id of the response a discarded line was, when that can be told
+/// without doubt: a top-level `"result"` or `"error"` (and no `"method"`) among the
+/// first keys, and the id either among them or as the line's very last member
+/// (`…,"id":7}`, the order the TypeScript SDK writes). Anything else: `None`, never
+/// a guess, so no other call can be failed by mistake.
+fn oversize_answer_id(head: &[u8], tail: &[u8]) -> Option<u64> {
+    let keys = top_level_keys(head);
+    let is_answer = keys.iter().any(|(k, _)| k == "result" || k == "error")
+        && !keys.iter().any(|(k, _)| k == "method");
+    if !is_answer {
+        return None;
+    }
+    if let Some((_, id)) = keys.iter().find(|(k, _)| k == "id") {
+        return *id;
+    }
+    // The tail: `"id"` `:` digits `}` and nothing after (whitespace aside).
+    let t = std::str::from_utf8(tail).ok()?.trim_end();
+    let t = t.strip_suffix('}')?.trim_end();
+    let digits_at = t.rfind(|c: char| !c.is_ascii_digit())? + 1;
+    let id = t.get(digits_at..)?.parse::<u64>().ok()?;
+    let before = t.get(..digits_at)?.trim_end().strip_suffix(':')?.trim_end();
+    before.ends_with("\"id\"").then_some(id)
+}
+
+/// The top-level keys of a JSON object's beginning (as far as `head` goes), each with
+/// its value when that is a plain unsigned integer.
+fn top_level_keys(head: &[u8]) -> Vec<(String, Option<u64>)> {
+    let mut keys = Vec::new();
+    let mut i = 0;
+    let skip_ws = |i: &mut usize| {
+        while head.get(*i).is_some_and(u8::is_ascii_whitespace) {
+            *i += 1;
+        }
+    };
+    // A string starting at `i` (on its quote): its raw text and the index after it.
+    let string_at = |i: usize| -> Option<(String, usize)> {
+        let mut j = i + 1;
+        let mut out = Vec::new();
+        loop {
+            match head.get(j)? {
+                b'"' => return Some((String::from_utf8(out).ok()?, j + 1)),
+                b'\\' => {
+                    out.push(*head.get(j + 1)?);
+                    j += 2;
+                }
+                b => {
+                    out.push(*b);
+                    j += 1;
+                }
+            }
+        }
+    };
+    skip_ws(&mut i);
+    if head.get(i) != Some(&b'{') {
+        return keys;
+    }
+    i += 1;
+    loop {
+        skip_ws(&mut i);
+        if head.get(i) != Some(&b'"') {
+            return keys;
+        }
+        let Some((key, next)) = string_at(i) else {
+            return keys;
+        };
+        i = next;
+        skip_ws(&mut i);
+        if head.get(i) != Some(&b':') {
+            return keys;
+        }
+        i += 1;
+        skip_ws(&mut i);
+        // The value: a number is read, anything else skipped (nesting and strings).
+        let start = i;
+        let mut depth = 0usize;
+        loop {
+            match head.get(i) {
+                None => {
+                    keys.push((key, None));
+                    return keys;
+                }
+                Some(b'"') => match string_at(i) {
+                    Some((_, next)) => i = next,
+                    None => {
+                        keys.push((key, None));
+                        return keys;
+                    }
+                },
+                Some(b'{' | b'[') => {
+                    depth += 1;
+                    i += 1;
+                }
+                Some(b'}' | b']') if depth > 0 => {
+                    depth -= 1;
+                    i += 1;
+                }
+                Some(b',' | b'}') if depth == 0 => break,
+                Some(_) => i += 1,
+            }
+        }
+        let number = std::str::from_utf8(head.get(start..i).unwrap_or_default())
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok());
+        keys.push((key, number));
+        if head.get(i) == Some(&b'}') {
+            return keys;
+        }
+        i += 1;
+    }
+}
+
+/// A read buffer grown past this by a large message is given back after it.
+const KEEP_READ_BUFFER: usize = 64 * 1024;
+
+/// Reads the child's stdout until it closes; cancels `closed` then.
+async fn read_stdout<R: AsyncBufRead + Unpin>(
+    core: Arc<Core>,
+    gen: u64,
+    mut r: R,
+    closed: CancellationToken,
+) {
+    let _closed = closed.drop_guard();
     let mut buf = Vec::new();
     loop {
+        if buf.capacity() > KEEP_READ_BUFFER {
+            buf = Vec::new();
+        }
         match read_line_bounded(&mut r, &mut buf, core.max_message_bytes).await {
             Ok(Line::Eof) => break,
-            Ok(Line::TooLong(n)) => {
-                tracing::warn!(backend = %core.name, bytes = n, limit = core.max_message_bytes,
-                    "backend message larger than max_message_bytes; skipped");
+            Ok(Line::TooLong(o)) => {
+                let limit = core.max_message_bytes;
+                match oversize_answer_id(&o.head, &o.tail) {
+                    Some(id) if core.is_pending(id) => {
+                        tracing::warn!(backend = %core.name, bytes = o.bytes, limit,
+                            "backend answer larger than max_message_bytes; its call fails");
+                        core.fail_request(
+                            id,
+                            UpstreamError::Protocol {
+                                backend: core.name.clone(),
+                                reason: format!(
+                                    "its answer is {} bytes, more than max_message_bytes ({limit})",
+                                    o.bytes
+                                ),
+                            },
+                        );
+                    }
+                    _ => tracing::warn!(backend = %core.name, bytes = o.bytes, limit,
+                        "backend message larger than max_message_bytes; skipped"),
+                }
             }
             Ok(Line::Data) => {
                 let line = buf.strip_suffix(b"\r").unwrap_or(&buf);
@@ -338,5 +544,76 @@ mod tests {
             read_line_bounded(&mut r, &mut buf, 10).await.unwrap(),
             Line::Eof
         ));
+    }
+
+    #[test]
+    fn an_oversize_answer_is_attributed_only_without_doubt() {
+        let cases: [(&str, &str, Option<u64>); 9] = [
+            // Python SDK order: id first.
+            (
+                r#"{"jsonrpc":"2.0","id":7,"result":{"content":[{"text":"xxxx"#,
+                "",
+                Some(7),
+            ),
+            (
+                r#"{ "jsonrpc" : "2.0" , "id" : 12 , "error" : {"code":1,"message":"xx"#,
+                "",
+                Some(12),
+            ),
+            // TypeScript SDK order: result first, id last.
+            (
+                r#"{"result":{"content":[{"type":"text","text":"yyyy"#,
+                r#"yyyy"}]},"jsonrpc":"2.0","id":9}"#,
+                Some(9),
+            ),
+            (r#"{"result":{"a":"#, "xx\"}}, \"id\": 9 }  ", Some(9)),
+            // A nested id is not the answer's.
+            (r#"{"result":{"a":"#, r#"x","item":{"id":5}}}"#, None),
+            // A request from the backend (its own id space): never.
+            (
+                r#"{"method":"sampling/createMessage","params":{"messages":"#,
+                r#"x"}]},"jsonrpc":"2.0","id":3}"#,
+                None,
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":3,"method":"roots/list","params":{"#,
+                "",
+                None,
+            ),
+            // Not JSON, or no id to be found.
+            ("xxxxxxxxxxxxxxxxxx", "xxxxxxxx", None),
+            (r#"{"jsonrpc":"2.0","result":{"big":"#, r#"x"}}"#, None),
+        ];
+        for (head, tail, want) in cases {
+            assert_eq!(
+                oversize_answer_id(head.as_bytes(), tail.as_bytes()),
+                want,
+                "{head} … {tail}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn an_oversize_line_keeps_its_head_and_tail() {
+        let mut line = br#"{"jsonrpc":"2.0","id":41,"result":{"t":""#.to_vec();
+        line.extend(std::iter::repeat_n(b'x', 100_000));
+        line.extend_from_slice(br#""},"end":1}"#);
+        line.push(b'\n');
+        line.extend_from_slice(b"next\n");
+        let mut r = BufReader::with_capacity(1000, &line[..]);
+        let mut buf = Vec::new();
+        let Line::TooLong(o) = read_line_bounded(&mut r, &mut buf, 10_000).await.unwrap() else {
+            panic!("not too long");
+        };
+        assert_eq!(o.bytes, line.len() - "next\n".len() - 1);
+        assert_eq!(o.head.len(), OVERSIZE_HEAD);
+        assert!(o.tail.ends_with(br#""},"end":1}"#));
+        assert!(o.tail.len() <= OVERSIZE_TAIL);
+        assert_eq!(oversize_answer_id(&o.head, &o.tail), Some(41));
+        assert!(matches!(
+            read_line_bounded(&mut r, &mut buf, 10_000).await.unwrap(),
+            Line::Data
+        ));
+        assert_eq!(buf, b"next");
     }
 }
