@@ -433,3 +433,48 @@ async fn an_answer_over_the_message_limit_fails_its_call_at_once() {
         "{ok}"
     );
 }
+
+// ---- malformed input ----
+
+/// A request with `"id": null` is no notification: it is refused with -32600 (and
+/// `id: null`), in a session, in a 2025-03-26 batch and in the stateless era; the
+/// backend never sees it.
+#[tokio::test]
+async fn a_request_with_a_null_id_is_invalid() {
+    let dir = Scratch::new("null-id");
+    let record = dir.file("record.jsonl");
+    let g = gantry().backend(example().record(&record)).start();
+    let mut c = g.client();
+    c.initialize().await;
+    let r = c
+        .post(&json!({"jsonrpc":"2.0","id":null,"method":"tools/call",
+                      "params":{"name":"echo","arguments":{"message":"null-id"}}}))
+        .await;
+    assert_eq!(r.status, 400, "{}", r.raw);
+    let body: Value = serde_json::from_str(&r.raw).unwrap();
+    assert_rpc_error(&body, -32600, None);
+    assert_eq!(body["id"], Value::Null);
+
+    let s = Stateless::new(&g);
+    let r = s
+        .send(
+            s.builder("tools/call", Some("echo")),
+            json!({"jsonrpc":"2.0","id":null,"method":"tools/call","params":{
+                "name":"echo","arguments":{"message":"null-id"},
+                "_meta": stateless_meta(json!({}))}}),
+        )
+        .await;
+    assert_eq!(r.status, 400, "{}", r.raw);
+    assert_rpc_error(&serde_json::from_str(&r.raw).unwrap(), -32600, None);
+
+    // An ordinary call afterwards reaches the backend; the null-id ones never did.
+    let ok = c
+        .call_tool(json!(2), "echo", json!({"message": "after"}))
+        .await;
+    assert_eq!(ok["result"]["content"][0]["text"], "after", "{ok}");
+    let seen = std::fs::read_to_string(&record).unwrap_or_default();
+    assert!(
+        !seen.contains("null-id"),
+        "a null-id request reached the backend"
+    );
+}

@@ -164,7 +164,9 @@ pub enum Message {
 struct Envelope<'a> {
     #[serde(borrow, default)]
     jsonrpc: Option<&'a RawValue>,
-    #[serde(default)]
+    /// Present-but-null stays `Some("null")` (serde would make it `None`): a request
+    /// with a null id must be told from a notification.
+    #[serde(default, deserialize_with = "present")]
     id: Option<Box<RawValue>>,
     #[serde(default)]
     method: Option<String>,
@@ -174,6 +176,10 @@ struct Envelope<'a> {
     result: Option<Box<RawValue>>,
     #[serde(default)]
     error: Option<Box<RawValue>>,
+}
+
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Box<RawValue>>, D::Error> {
+    Box::<RawValue>::deserialize(d).map(Some)
 }
 
 /// What a body holds: one message, or (2025-03-26) a batch.
@@ -196,6 +202,13 @@ impl Message {
         match env.jsonrpc.map(RawValue::get) {
             Some("\"2.0\"") => {}
             _ => return Err(ParseError::Invalid("\"jsonrpc\" must be \"2.0\"")),
+        }
+        let null_id = env.id.as_ref().is_some_and(|raw| raw.get() == "null");
+        if null_id && env.method.is_some() {
+            // MCP: a request id must not be null; a notification has no id at all.
+            return Err(ParseError::Invalid(
+                "a request's \"id\" must be a string or an integer, not null (a notification has no \"id\")",
+            ));
         }
         let id = match env.id {
             Some(raw) if raw.get() == "null" => None,
@@ -463,6 +476,11 @@ mod tests {
         assert!(Message::parse(br#"{"jsonrpc":"2.0","id":{},"method":"x"}"#).is_err());
         assert!(Message::parse(br#"{"jsonrpc":"1.0","id":1,"method":"x"}"#).is_err());
         assert!(Message::parse(br#"{"jsonrpc":"2.0","id":1}"#).is_err());
+        // A null id is no request (and no notification either).
+        assert!(matches!(
+            Message::parse(br#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#),
+            Err(ParseError::Invalid(_))
+        ));
         assert!(matches!(
             Message::parse(b"{not json"),
             Err(ParseError::Json(_))
