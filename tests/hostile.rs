@@ -478,3 +478,90 @@ async fn a_request_with_a_null_id_is_invalid() {
         "a null-id request reached the backend"
     );
 }
+
+// ---- per-client session quotas ----
+
+fn init_body() -> Value {
+    json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
+        "protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"q","version":"1"}}})
+}
+
+async fn open_as(g: &Gantry, key: Option<&str>) -> Reply {
+    let c = g.client();
+    let mut rb = c.post_builder().body(init_body().to_string());
+    if let Some(k) = key {
+        rb = rb.bearer_auth(k);
+    }
+    Client::read(rb.send().await.unwrap()).await
+}
+
+/// One client cannot hold more than `max_sessions_per_client` sessions (429 with
+/// Retry-After and a JSON-RPC error); another principal is not affected; ending a
+/// session gives its place back.
+#[tokio::test]
+async fn one_client_cannot_take_every_session() {
+    let g = gantry()
+        .server("max_sessions_per_client = 3")
+        .api_key("alice", "alice-key")
+        .api_key("bob", "bob-key")
+        .backend(example())
+        .start();
+    let mut alice = Vec::new();
+    for _ in 0..3 {
+        let r = open_as(&g, Some("alice-key")).await;
+        assert_eq!(r.status, 200, "{}", r.raw);
+        alice.push(r.headers["mcp-session-id"].to_str().unwrap().to_owned());
+    }
+    let refused = open_as(&g, Some("alice-key")).await;
+    assert_eq!(refused.status, 429, "{}", refused.raw);
+    assert!(refused.headers.get("retry-after").is_some());
+    assert!(refused.headers.get("mcp-session-id").is_none());
+    let body: Value = serde_json::from_str(&refused.raw).unwrap();
+    assert_rpc_error(&body, -32000, None);
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("max_sessions_per_client"),
+        "{body}"
+    );
+    let bob = open_as(&g, Some("bob-key")).await;
+    assert_eq!(bob.status, 200, "another principal is refused: {}", bob.raw);
+    let ended = g
+        .client()
+        .http
+        .delete(&g.url)
+        .bearer_auth("alice-key")
+        .header("mcp-session-id", &alice[0])
+        .header("mcp-protocol-version", "2025-11-25")
+        .send()
+        .await
+        .unwrap();
+    assert!(ended.status().is_success(), "{}", ended.status());
+    let again = open_as(&g, Some("alice-key")).await;
+    assert_eq!(again.status, 200, "{}", again.raw);
+}
+
+/// Anonymous clients are told apart by address; creation is rate limited per client
+/// with a burst, and the refusal says when to retry.
+#[tokio::test]
+async fn an_anonymous_client_opening_sessions_in_a_loop_is_slowed_down() {
+    let g = gantry()
+        .server("session_rate_per_client = 60")
+        .server("session_burst_per_client = 2")
+        .backend(example())
+        .start();
+    for _ in 0..2 {
+        let r = open_as(&g, None).await;
+        assert_eq!(r.status, 200, "{}", r.raw);
+    }
+    let refused = open_as(&g, None).await;
+    assert_eq!(refused.status, 429, "{}", refused.raw);
+    assert_eq!(refused.headers["retry-after"], "1");
+    let body: Value = serde_json::from_str(&refused.raw).unwrap();
+    let wait = body["error"]["data"]["retryAfterMs"].as_u64().unwrap();
+    assert!(wait > 0 && wait <= 1000, "{body}");
+    tokio::time::sleep(Duration::from_millis(wait + 50)).await;
+    let later = open_as(&g, None).await;
+    assert_eq!(later.status, 200, "{}", later.raw);
+}

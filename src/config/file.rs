@@ -82,6 +82,14 @@ pub struct ServerConfig {
     /// Default 0: half the open-file limit (raised to its hard limit at start), at most
     /// 10000.
     pub max_connections: usize,
+    /// Live sessions one client (its principal, or its address when anonymous) may
+    /// hold; 0 = no limit. Default 1000.
+    pub max_sessions_per_client: usize,
+    /// New sessions one client may open per minute, on average; 0 = no limit.
+    /// Default 1200.
+    pub session_rate_per_client: u32,
+    /// New sessions one client may open at once beyond that average. Default 1000.
+    pub session_burst_per_client: u32,
 }
 
 impl Default for ServerConfig {
@@ -105,6 +113,9 @@ impl Default for ServerConfig {
             body_timeout: Duration::from_secs(30),
             write_timeout: Duration::from_secs(30),
             max_connections: 0,
+            max_sessions_per_client: 1000,
+            session_rate_per_client: 1200,
+            session_burst_per_client: 1000,
         }
     }
 }

@@ -89,3 +89,30 @@ pub(super) async fn check_origin(
     }
     resp
 }
+
+/// Whom a new session counts against: its principal when authenticated, else the
+/// client's address (an IPv6 client by its /64, which one host can fill at will).
+/// `None` when the address is unknown (not served by Gantry's own listener).
+pub(super) fn quota_key(
+    principal: &crate::auth::Principal,
+    extensions: &axum::http::Extensions,
+) -> Option<String> {
+    use std::net::{IpAddr, SocketAddr};
+    if !principal.is_anonymous() {
+        return Some(format!("principal {}", principal.as_str()));
+    }
+    let addr = extensions
+        .get::<axum::extract::ConnectInfo<SocketAddr>>()?
+        .0
+        .ip();
+    Some(match addr {
+        IpAddr::V4(v4) => format!("ip {v4}"),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => format!("ip {v4}"),
+            None => {
+                let [a, b, c, d, ..] = v6.segments();
+                format!("ip {a:x}:{b:x}:{c:x}:{d:x}::/64")
+            }
+        },
+    })
+}

@@ -55,6 +55,20 @@ pub enum FrontError {
     /// Shutting down, or the session table is full: 503.
     #[error("{0}")]
     Unavailable(&'static str),
+    /// This client's session quota forbids a new session now: 429 with `Retry-After`.
+    #[error("Too Many Requests: {0}")]
+    Quota(#[from] crate::session::QuotaError),
+}
+
+impl From<crate::session::SessionError> for FrontError {
+    fn from(e: crate::session::SessionError) -> Self {
+        use crate::session::SessionError;
+        match e {
+            SessionError::NotFound => Self::SessionNotFound,
+            SessionError::Full => Self::Unavailable("Too many sessions; try again later"),
+            SessionError::Quota(q) => Self::Quota(q),
+        }
+    }
 }
 
 impl From<ParseError> for FrontError {
@@ -84,6 +98,7 @@ impl FrontError {
             | Self::UnsupportedVersion(_) => StatusCode::BAD_REQUEST,
             Self::SessionNotFound | Self::StreamGone => StatusCode::NOT_FOUND,
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Quota(_) => StatusCode::TOO_MANY_REQUESTS,
         }
     }
 
@@ -112,14 +127,21 @@ impl FrontError {
             | Self::BadRequest(_)
             | Self::UnsupportedVersion(_) => code::INVALID_REQUEST,
             Self::SessionNotFound | Self::StreamGone => code::SESSION_ERROR,
-            Self::Forbidden(_) | Self::Unauthorized(_) | Self::Unavailable(_) => code::SERVER_ERROR,
+            Self::Forbidden(_) | Self::Unauthorized(_) | Self::Unavailable(_) | Self::Quota(_) => {
+                code::SERVER_ERROR
+            }
         }
     }
 }
 
 impl IntoResponse for FrontError {
     fn into_response(self) -> Response {
-        let body = RpcError::new(self.code(), self.to_string()).to_null_id_response();
+        let mut err = RpcError::new(self.code(), self.to_string());
+        if let Self::Quota(q) = &self {
+            let ms = u64::try_from(q.retry_after().as_millis()).unwrap_or(u64::MAX);
+            err = err.with_data(serde_json::json!({ "retryAfterMs": ms }));
+        }
+        let body = err.to_null_id_response();
         let mut resp = (
             self.status(),
             [(header::CONTENT_TYPE, "application/json")],
@@ -131,6 +153,13 @@ impl IntoResponse for FrontError {
             // request, and the client must not reuse it.
             resp.headers_mut()
                 .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
+        if let Self::Quota(q) = &self {
+            // Whole seconds, rounded up (RFC 9110 delay-seconds).
+            let secs = q.retry_after().as_secs() + u64::from(q.retry_after().subsec_nanos() > 0);
+            if let Ok(v) = HeaderValue::from_str(&secs.max(1).to_string()) {
+                resp.headers_mut().insert(header::RETRY_AFTER, v);
+            }
         }
         if matches!(self, Self::MethodNotAllowed) {
             resp.headers_mut()

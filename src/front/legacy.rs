@@ -19,15 +19,18 @@ use std::sync::Arc;
 pub(super) async fn open(
     State(app): State<Arc<App>>,
     Extension(principal): Extension<Principal>,
+    extensions: axum::http::Extensions,
 ) -> HttpResponse {
     if app.stopping.is_cancelled() {
         return FrontError::Unavailable("Gantry is shutting down").into_response();
     }
-    let session = match app.sessions.create(principal.as_str(), true) {
+    let client = super::edge::quota_key(&principal, &extensions);
+    let session = match app
+        .sessions
+        .create(principal.as_str(), true, client.as_deref())
+    {
         Ok(s) => s,
-        Err(_) => {
-            return FrontError::Unavailable("Too many sessions; try again later").into_response()
-        }
+        Err(e) => return FrontError::from(e).into_response(),
     };
     tracing::info!(session = %session.id, %principal, "legacy HTTP+SSE session opened");
     let mut opts = app.body_options(&session, false, false);

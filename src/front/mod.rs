@@ -86,6 +86,11 @@ impl App {
                 cfg.server.max_sessions,
                 cfg.server.session_idle_timeout,
                 cfg.server.event_buffer,
+                crate::session::QuotaConfig {
+                    max_live: cfg.server.max_sessions_per_client,
+                    per_minute: cfg.server.session_rate_per_client,
+                    burst: cfg.server.session_burst_per_client,
+                },
             ),
             auth: Authenticator::new(&cfg.auth),
             calls: AtomicUsize::new(0),

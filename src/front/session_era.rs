@@ -6,6 +6,7 @@
 use super::error::FrontError;
 use crate::auth::Principal;
 use crate::call::{CallCtx, Sink};
+use crate::front::edge::quota_key;
 use crate::front::http::json_response;
 use crate::front::http::read_body;
 use crate::front::http::session_header;
@@ -19,7 +20,7 @@ use crate::jsonrpc::{
 };
 use crate::mcp::SESSION_VERSIONS;
 use crate::router::ClientInit;
-use crate::session::{sse_body, EventStream, Session, SessionError};
+use crate::session::{sse_body, EventStream, Session};
 use crate::telemetry::metrics::{self};
 use axum::body::Body;
 use axum::extract::{Extension, Request as HttpRequest, State};
@@ -76,6 +77,7 @@ pub(super) async fn mcp(
 /// then the message itself.
 pub(super) async fn post(app: Arc<App>, principal: Principal, req: HttpRequest) -> HttpResponse {
     let (parts, body) = req.into_parts();
+    let client = quota_key(&principal, &parts.extensions);
     let headers = parts.headers;
     let accepts = match negotiate(&headers) {
         Ok(a) => a,
@@ -88,7 +90,7 @@ pub(super) async fn post(app: Arc<App>, principal: Principal, req: HttpRequest) 
     match classify(&app, &principal, &headers, incoming) {
         Target::Stateless(m) => stateless::post(app, principal, &headers, m, accepts).await,
         Target::Initialize(r) => match check_version_header(&headers) {
-            Ok(()) => initialize(app, principal, r, accepts).await,
+            Ok(()) => initialize(app, principal, client.as_deref(), r, accepts).await,
             Err(e) => e.into_response(),
         },
         Target::Session(session, incoming) => {
@@ -168,6 +170,7 @@ fn classify(app: &App, principal: &Principal, headers: &HeaderMap, incoming: Inc
 pub(super) async fn initialize(
     app: Arc<App>,
     principal: Principal,
+    client: Option<&str>,
     req: Request,
     accepts: Accepts,
 ) -> HttpResponse {
@@ -186,11 +189,9 @@ pub(super) async fn initialize(
     if app.stopping.is_cancelled() {
         return FrontError::Unavailable("Gantry is shutting down").into_response();
     }
-    let session = match app.sessions.create(principal.as_str(), false) {
+    let session = match app.sessions.create(principal.as_str(), false, client) {
         Ok(s) => s,
-        Err(SessionError::Full | SessionError::NotFound) => {
-            return FrontError::Unavailable("Too many sessions; try again later").into_response();
-        }
+        Err(e) => return FrontError::from(e).into_response(),
     };
     let answer = establish(&app, &session, &init, req.id).await;
     let failed = answer.outcome.is_err();

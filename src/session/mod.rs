@@ -7,9 +7,13 @@
 //! can reach. Event logs are per stream, bounded, and never shared between sessions.
 //! Sessions expire when idle; ending one cancels everything it started.
 
+mod quota;
 mod stream;
 
+pub use quota::{QuotaConfig, QuotaError};
 pub use stream::{sse_body, BodyOptions, EventStream, StreamRead};
+
+use quota::Quotas;
 
 use crate::call::{ClientAnswer, Downstream, Sink};
 use crate::jsonrpc::{code, Notification, Request, RequestId, RpcError};
@@ -68,6 +72,8 @@ pub struct Session {
     pub cancel: CancellationToken,
     last_seen: Mutex<Instant>,
     event_buffer: usize,
+    /// The client quota it counts against, if any.
+    quota_key: Option<String>,
 }
 
 struct StreamTable {
@@ -99,6 +105,7 @@ impl Session {
             cancel: CancellationToken::new(),
             last_seen: Mutex::new(Instant::now()),
             event_buffer,
+            quota_key: None,
         }
     }
 
@@ -378,6 +385,9 @@ pub enum SessionError {
     /// `max_sessions` are live.
     #[error("too many sessions")]
     Full,
+    /// This client's quota forbids one more now.
+    #[error(transparent)]
+    Quota(#[from] QuotaError),
 }
 
 /// All live sessions.
@@ -386,32 +396,42 @@ pub struct SessionStore {
     max: usize,
     idle: Duration,
     event_buffer: usize,
+    quotas: Quotas,
     /// Sessions ended because they were idle too long.
     pub reaped: AtomicU64,
 }
 
 impl SessionStore {
-    /// A store for at most `max` sessions that expire after `idle`.
-    pub fn new(max: usize, idle: Duration, event_buffer: usize) -> Self {
+    /// A store for at most `max` sessions that expire after `idle`, each client
+    /// within `quota`.
+    pub fn new(max: usize, idle: Duration, event_buffer: usize, quota: QuotaConfig) -> Self {
         Self {
             map: DashMap::new(),
             max,
             idle,
             event_buffer,
+            quotas: Quotas::new(quota),
             reaped: AtomicU64::new(0),
         }
     }
 
-    /// Creates a session for `principal`.
-    pub fn create(&self, principal: &str, legacy: bool) -> Result<Arc<Session>, SessionError> {
+    /// Creates a session for `principal`, counted against `client`'s quota (`None`:
+    /// Gantry's own sessions, such as a principal's stateless-era route).
+    pub fn create(
+        &self,
+        principal: &str,
+        legacy: bool,
+        client: Option<&str>,
+    ) -> Result<Arc<Session>, SessionError> {
         if self.map.len() >= self.max {
             return Err(SessionError::Full);
         }
-        let s = Arc::new(Session::new(
-            principal.to_owned(),
-            legacy,
-            self.event_buffer,
-        ));
+        if let Some(key) = client {
+            self.quotas.admit(key)?;
+        }
+        let mut session = Session::new(principal.to_owned(), legacy, self.event_buffer);
+        session.quota_key = client.map(str::to_owned);
+        let s = Arc::new(session);
         self.map.insert(s.id.clone(), s.clone());
         Ok(s)
     }
@@ -436,6 +456,9 @@ impl SessionStore {
         let Some((_, s)) = self.map.remove(id) else {
             return false;
         };
+        if let Some(key) = &s.quota_key {
+            self.quotas.release(key);
+        }
         s.end();
         if let Some(route) = s.route() {
             route.close().await;
@@ -469,6 +492,7 @@ impl SessionStore {
             }
         }
         self.reaped.fetch_add(n as u64, Ordering::Relaxed);
+        self.quotas.prune();
         n
     }
 

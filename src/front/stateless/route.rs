@@ -66,7 +66,7 @@ pub(super) async fn open_internal(
     principal: &str,
     caller: Caller,
 ) -> Result<Arc<Internal>, HttpResponse> {
-    let session = app.sessions.create(principal, false).map_err(|_| {
+    let session = app.sessions.create(principal, false, None).map_err(|_| {
         FrontError::Unavailable("Too many sessions; try again later").into_response()
     })?;
     let init = ClientInit::for_stateless_callers();
