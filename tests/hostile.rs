@@ -565,3 +565,60 @@ async fn an_anonymous_client_opening_sessions_in_a_loop_is_slowed_down() {
     let later = open_as(&g, None).await;
     assert_eq!(later.status, 200, "{}", later.raw);
 }
+
+/// A backend that writes 100,000 junk lines to stdout and as many to stderr gets a
+/// bounded share of Gantry's log, with a count of what was left out, and still
+/// answers.
+#[tokio::test]
+async fn a_noisy_backend_cannot_flood_the_log() {
+    let g = gantry()
+        .backend(python_fixture("mb", "misbehaving_server.py").env("MB_NOISE", "100000"))
+        .start();
+    let mut c = g.client();
+    c.initialize().await;
+    let r = c
+        .call_tool(json!(1), "echo", json!({"message": "still here"}))
+        .await;
+    assert_eq!(r["result"]["content"][0]["text"], "still here", "{r}");
+    // Both floods are read to their end (the summary comes when a window closes or
+    // the stream ends): stop the backend by ending the session.
+    let _ = c
+        .http
+        .delete(&c.url)
+        .header("mcp-session-id", c.session.as_deref().unwrap())
+        .header("mcp-protocol-version", &c.version)
+        .send()
+        .await;
+    let end = Instant::now() + Duration::from_secs(10);
+    while !g
+        .log
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|l| l.contains("stderr lines"))
+    {
+        assert!(Instant::now() < end, "no summary of the stderr noise");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let log = g.log.lock().unwrap().clone();
+    let bytes: usize = log.iter().map(String::len).sum();
+    assert!(
+        bytes < 200_000,
+        "{bytes} bytes of log for one noisy backend"
+    );
+    let left_out: u64 = log
+        .iter()
+        .filter(|l| l.contains("backend noise not logged"))
+        .filter_map(|l| {
+            let (_, rest) = l.split_once("lines=")?;
+            rest.split(|c: char| !c.is_ascii_digit())
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum();
+    assert!(
+        left_out > 190_000,
+        "the summaries count what was left out: {left_out}"
+    );
+}

@@ -213,7 +213,15 @@ async fn run_once(
     drop(core.stdin.lock().await.take());
     // Let the reader drain what the child wrote before it died (its last responses).
     let _ = tokio::time::timeout(Duration::from_millis(500), reader).await;
-    stderr_task.abort();
+    // Its last lines (and a summary of any it left out), unless a grandchild keeps
+    // stderr open.
+    let mut stderr_task = stderr_task;
+    if tokio::time::timeout(Duration::from_millis(200), &mut stderr_task)
+        .await
+        .is_err()
+    {
+        stderr_task.abort();
+    }
     // The group may still hold grandchildren; the guard's drop kills them.
     drop(guard);
     reason
@@ -434,6 +442,63 @@ fn top_level_keys(head: &[u8]) -> Vec<(String, Option<u64>)> {
     }
 }
 
+/// How much of a backend's noise reaches Gantry's log: at most `per_window` lines per
+/// `WINDOW`, then one summary of how many were left out. A backend that writes junk
+/// in a loop cannot flood the log (or the disk behind it).
+struct Noise {
+    what: &'static str,
+    per_window: u32,
+    started: tokio::time::Instant,
+    logged: u32,
+    suppressed: u64,
+}
+
+const NOISE_WINDOW: Duration = Duration::from_secs(10);
+
+impl Noise {
+    fn new(what: &'static str, per_window: u32) -> Self {
+        Self {
+            what,
+            per_window,
+            started: tokio::time::Instant::now(),
+            logged: 0,
+            suppressed: 0,
+        }
+    }
+
+    /// Whether this line may be logged (a summary of what was left out is logged
+    /// first when a new window starts).
+    fn allow(&mut self, backend: &str) -> bool {
+        if self.started.elapsed() >= NOISE_WINDOW {
+            self.flush(backend);
+            self.started = tokio::time::Instant::now();
+            self.logged = 0;
+        }
+        if self.logged < self.per_window {
+            self.logged += 1;
+            true
+        } else {
+            self.suppressed += 1;
+            false
+        }
+    }
+
+    /// Logs how many lines were left out, if any.
+    fn flush(&mut self, backend: &str) {
+        if self.suppressed > 0 {
+            tracing::warn!(
+                backend,
+                lines = self.suppressed,
+                what = self.what,
+                "backend noise not logged (more than {} lines in {}s)",
+                self.per_window,
+                NOISE_WINDOW.as_secs()
+            );
+            self.suppressed = 0;
+        }
+    }
+}
+
 /// A read buffer grown past this by a large message is given back after it.
 const KEEP_READ_BUFFER: usize = 64 * 1024;
 
@@ -446,6 +511,7 @@ async fn read_stdout<R: AsyncBufRead + Unpin>(
 ) {
     let _closed = closed.drop_guard();
     let mut buf = Vec::new();
+    let mut noise = Noise::new("stdout lines that are not JSON-RPC", 20);
     loop {
         if buf.capacity() > KEEP_READ_BUFFER {
             buf = Vec::new();
@@ -469,8 +535,9 @@ async fn read_stdout<R: AsyncBufRead + Unpin>(
                             },
                         );
                     }
-                    _ => tracing::warn!(backend = %core.name, bytes = o.bytes, limit,
-                        "backend message larger than max_message_bytes; skipped"),
+                    _ if noise.allow(&core.name) => tracing::warn!(backend = %core.name,
+                        bytes = o.bytes, limit, "backend message larger than max_message_bytes; skipped"),
+                    _ => {}
                 }
             }
             Ok(Line::Data) => {
@@ -485,6 +552,7 @@ async fn read_stdout<R: AsyncBufRead + Unpin>(
                             core.incoming(gen, m, None);
                         }
                     }
+                    Err(_) if !noise.allow(&core.name) => {}
                     Err(e) => {
                         let shown = String::from_utf8_lossy(line.get(..200).unwrap_or(line));
                         tracing::warn!(backend = %core.name, error = %e, line = %shown,
@@ -498,17 +566,20 @@ async fn read_stdout<R: AsyncBufRead + Unpin>(
             }
         }
     }
+    noise.flush(&core.name);
 }
 
 async fn log_stderr<R: AsyncBufRead + Unpin>(name: String, mut r: R) {
     let mut buf = Vec::new();
+    let mut noise = Noise::new("stderr lines", 200);
     while let Ok(Line::Data | Line::TooLong(_)) =
         read_line_bounded(&mut r, &mut buf, MAX_STDERR_LINE).await
     {
-        if !buf.is_empty() {
+        if !buf.is_empty() && noise.allow(&name) {
             tracing::info!(backend = %name, "stderr: {}", String::from_utf8_lossy(&buf));
         }
     }
+    noise.flush(&name);
 }
 
 #[cfg(test)]
