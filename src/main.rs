@@ -187,6 +187,13 @@ fn main() -> std::process::ExitCode {
         None => {}
     }
     telemetry::init(cli.log_format);
+    if !gantry::supervisor::is_worker() {
+        return gantry::supervisor::run();
+    }
+    if let Err(e) = gantry::supervisor::attach_worker() {
+        eprintln!("gantry: {e}");
+        return std::process::ExitCode::FAILURE;
+    }
     block_on("gantry", run(cli))
 }
 

@@ -622,3 +622,145 @@ async fn a_noisy_backend_cannot_flood_the_log() {
         "the summaries count what was left out: {left_out}"
     );
 }
+
+// ---- no process outlives gantry ----
+
+/// A backend whose grandchild (`sleep 300`, which reads no stdin) runs in a new
+/// session when `setsid`, else in the backend's process group.
+fn with_grandchild(dir: &Scratch, setsid: bool) -> (BackendSpec, std::path::PathBuf) {
+    let pidfile = dir.file("backend.pid");
+    let grandfile = dir.file("grandchild.pid");
+    let mut b = python_fixture("mb", "misbehaving_server.py")
+        .env("MB_PIDFILE", pidfile.to_str().unwrap())
+        .env("MB_GRANDCHILD", grandfile.to_str().unwrap());
+    if setsid {
+        b = b.env("MB_SETSID", "1");
+    }
+    let _ = pidfile;
+    (b, grandfile)
+}
+
+async fn pid_in(file: &std::path::Path) -> u32 {
+    let end = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(p) = std::fs::read_to_string(file)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+        {
+            return p;
+        }
+        assert!(Instant::now() < end, "{} never written", file.display());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn gone_within(pids: &[u32], within: Duration) -> bool {
+    let end = Instant::now() + within;
+    while pids.iter().any(|p| alive(*p)) {
+        if Instant::now() > end {
+            for p in pids {
+                let _ = std::process::Command::new("kill")
+                    .args(["-KILL", &p.to_string()])
+                    .status();
+            }
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    true
+}
+
+/// `kill -9` of gantry (the process a supervisor knows) still stops every backend
+/// process, grandchildren that read no stdin included.
+#[tokio::test]
+async fn kill_9_of_gantry_leaves_no_backend_process() {
+    let dir = Scratch::new("kill9");
+    let (backend, grandfile) = with_grandchild(&dir, false);
+    let mut g = gantry()
+        .server("shutdown_grace = \"1s\"")
+        .backend(backend.mode("shared"))
+        .start();
+    let mut c = g.client();
+    c.initialize().await;
+    let grandchild = pid_in(&grandfile).await;
+    let tree: Vec<u32> = descendants_of(g.supervisor_pid())
+        .iter()
+        .map(|d| d.0)
+        .collect();
+    assert!(tree.contains(&grandchild), "{tree:?}");
+    g.child.kill().unwrap();
+    let _ = g.child.wait();
+    assert!(
+        gone_within(&tree, Duration::from_secs(15)).await,
+        "processes outlived a kill -9 of gantry: {tree:?}"
+    );
+}
+
+/// `kill -9` of the gateway process itself (an OOM kill): the backends it leaves
+/// are stopped, and gantry exits with 128 + 9.
+#[tokio::test]
+async fn an_oom_killed_gateway_leaves_no_backend_process() {
+    let dir = Scratch::new("oom");
+    let (backend, grandfile) = with_grandchild(&dir, false);
+    let mut g = gantry().backend(backend.mode("shared")).start();
+    let mut c = g.client();
+    c.initialize().await;
+    let grandchild = pid_in(&grandfile).await;
+    let worker = g.pid();
+    let tree: Vec<u32> = descendants_of(worker).iter().map(|d| d.0).collect();
+    assert!(tree.contains(&grandchild), "{tree:?}");
+    let _ = std::process::Command::new("kill")
+        .args(["-KILL", &worker.to_string()])
+        .status();
+    let end = Instant::now() + Duration::from_secs(15);
+    let status = loop {
+        if let Ok(Some(s)) = g.child.try_wait() {
+            break Some(s);
+        }
+        if Instant::now() > end {
+            break None;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(status.and_then(|s| s.code()), Some(137), "{status:?}");
+    assert!(
+        gone_within(&tree, Duration::from_secs(5)).await,
+        "processes outlived the gateway: {tree:?}"
+    );
+}
+
+/// A grandchild that left its process group (`setsid`) is stopped with its backend
+/// when the session ends, and on a clean SIGTERM.
+#[tokio::test]
+async fn grandchildren_that_called_setsid_are_stopped_too() {
+    let dir = Scratch::new("setsid");
+    let (backend, grandfile) = with_grandchild(&dir, true);
+    let mut g = gantry().backend(backend).start();
+    let mut c = g.client();
+    c.initialize().await;
+    let first = pid_in(&grandfile).await;
+    let _ = std::fs::remove_file(&grandfile);
+    let ended = c
+        .http
+        .delete(&c.url)
+        .header("mcp-session-id", c.session.as_deref().unwrap())
+        .header("mcp-protocol-version", &c.version)
+        .send()
+        .await
+        .unwrap();
+    assert!(ended.status().is_success());
+    assert!(
+        gone_within(&[first], Duration::from_secs(10)).await,
+        "a setsid grandchild outlived its session"
+    );
+    let mut c = g.client();
+    c.initialize().await;
+    let second = pid_in(&grandfile).await;
+    assert_ne!(first, second);
+    let status = g.terminate(Duration::from_secs(20));
+    assert!(status.is_some_and(|s| s.success()), "{status:?}");
+    assert!(
+        gone_within(&[second], Duration::from_secs(5)).await,
+        "a setsid grandchild outlived gantry"
+    );
+}

@@ -227,17 +227,31 @@ async fn run_once(
     reason
 }
 
+/// Stops the child: stdin closed, then SIGTERM to its group, then SIGKILL; and
+/// its descendants that left the group (`setsid`, daemons), found while the tree
+/// is still whole, SIGTERM then SIGKILL.
 async fn stop_gracefully(child: &mut Child, guard: &GroupGuard, stdin: Option<ChildStdin>) {
+    let family = child
+        .id()
+        .and_then(|p| i32::try_from(p).ok())
+        .map(crate::process_tree::descendants)
+        .unwrap_or_default();
     drop(stdin);
-    if tokio::time::timeout(EXIT_GRACE, child.wait()).await.is_ok() {
-        return;
-    }
-    guard.signal(Signal::SIGTERM);
-    if tokio::time::timeout(EXIT_GRACE, child.wait()).await.is_ok() {
-        return;
+    if tokio::time::timeout(EXIT_GRACE, child.wait())
+        .await
+        .is_err()
+    {
+        guard.signal(Signal::SIGTERM);
+        if tokio::time::timeout(EXIT_GRACE, child.wait())
+            .await
+            .is_err()
+        {
+            guard.signal(Signal::SIGKILL);
+            let _ = child.wait().await;
+        }
     }
     guard.signal(Signal::SIGKILL);
-    let _ = child.wait().await;
+    crate::process_tree::stop_all(&family, EXIT_GRACE).await;
 }
 
 /// What one bounded line read produced.

@@ -189,7 +189,23 @@ impl Gantry {
         None
     }
 
+    /// The gateway process (the worker): the parent of the backend processes.
+    /// `gantry` is the supervisor ([`Gantry::supervisor_pid`]) with one child, the
+    /// worker, which is up once it has printed its address.
     pub(crate) fn pid(&self) -> u32 {
+        let sup = self.child.id();
+        let end = Instant::now() + Duration::from_secs(5);
+        loop {
+            if let Some((pid, _)) = children_of(sup).into_iter().next() {
+                return pid;
+            }
+            assert!(Instant::now() < end, "gantry {sup} has no worker process");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// The process started as `gantry` (the supervisor).
+    pub(crate) fn supervisor_pid(&self) -> u32 {
         self.child.id()
     }
 
