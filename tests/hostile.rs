@@ -764,3 +764,154 @@ async fn grandchildren_that_called_setsid_are_stopped_too() {
         "a setsid grandchild outlived gantry"
     );
 }
+
+// ---- all of it at once ----
+
+fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Hostile clients and crashing, hanging, oversized backends all at once: every
+/// misbehaviour gets its precise answer, a bystander session is served throughout,
+/// and afterwards the gateway holds as many open files and backend processes as
+/// before (and about as much memory).
+#[tokio::test]
+async fn chaos_leaves_the_gateway_as_it_was() {
+    let g = gantry()
+        .server("header_timeout = \"1s\"")
+        .server("body_timeout = \"1s\"")
+        .server("write_timeout = \"1s\"")
+        .backend(
+            python_fixture("mb", "misbehaving_server.py")
+                .set("max_message_bytes = 100000")
+                .set("request_timeout = \"60s\""),
+        )
+        .start();
+    let worker = g.pid();
+    let mut bystander = g.client();
+    bystander.initialize().await;
+    let _ = bystander
+        .call_tool(json!(0), "echo", json!({"message": "warm"}))
+        .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (fds_before, rss_before) = (open_fds(worker), rss_kib(worker));
+    let procs_before = descendants_of(worker).len();
+
+    let stop = tokio_util::sync::CancellationToken::new();
+    let served = {
+        let (c, stop) = (bystander.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut n = 0u32;
+            while !stop.is_cancelled() {
+                let r = c
+                    .call_tool(json!(n), "echo", json!({"message": n.to_string()}))
+                    .await;
+                assert_eq!(
+                    r["result"]["content"][0]["text"],
+                    n.to_string(),
+                    "bystander: {r}"
+                );
+                n += 1;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            n
+        })
+    };
+
+    // Slow heads and stalled bodies.
+    let mut sockets = Vec::new();
+    for i in 0..40 {
+        let mut s = raw(&g).await;
+        let part: &[u8] = if i % 2 == 0 {
+            b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        } else {
+            b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAccept: application/json\r\nContent-Length: 50\r\n\r\n{"
+        };
+        s.write_all(part).await.unwrap();
+        sockets.push(s);
+    }
+    // Sessions whose backends crash, hang, or answer too much.
+    let mut chaos = Vec::new();
+    for tool in ["crash", "crash", "huge", "huge", "hang", "hang"] {
+        let mut c = g.client();
+        c.initialize().await;
+        chaos.push((tool, c));
+    }
+    let calls = chaos.iter().map(|(tool, c)| async move {
+        let args = if *tool == "huge" {
+            json!({"bytes": 300_000})
+        } else {
+            json!({})
+        };
+        let call = c.call_tool(json!(1), tool, args);
+        match *tool {
+            "hang" => {
+                // Abandoned by its client: the session ends under it.
+                let _ = tokio::time::timeout(Duration::from_millis(500), call).await;
+                None
+            }
+            _ => Some((*tool, call.await)),
+        }
+    });
+    for (tool, r) in futures::future::join_all(calls).await.into_iter().flatten() {
+        let msg = r["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        match tool {
+            "crash" => assert!(msg.contains("backend `mb` failed"), "{tool}: {r}"),
+            _ => assert!(msg.contains("max_message_bytes"), "{tool}: {r}"),
+        }
+    }
+    // The heads and bodies were cut off by the server.
+    for mut s in sockets {
+        assert!(
+            read_to_close(&mut s, Duration::from_secs(10)).await.is_ok(),
+            "a slow client kept its connection"
+        );
+    }
+    for (_, c) in &chaos {
+        let _ = c
+            .http
+            .delete(&c.url)
+            .header("mcp-session-id", c.session.as_deref().unwrap())
+            .header("mcp-protocol-version", &c.version)
+            .send()
+            .await;
+    }
+    stop.cancel();
+    let n = served.await.unwrap();
+    assert!(n > 5, "the bystander was barely served: {n} calls");
+
+    // Back to where it was: files, processes, memory.
+    let end = Instant::now() + Duration::from_secs(15);
+    loop {
+        let (fds, procs) = (open_fds(worker), descendants_of(worker).len());
+        if fds <= fds_before + 2 && procs == procs_before {
+            break;
+        }
+        assert!(
+            Instant::now() < end,
+            "open files {fds_before} -> {fds}, backend processes {procs_before} -> {procs}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let rss_after = rss_kib(worker);
+    assert!(
+        rss_after < rss_before + 64 * 1024,
+        "RSS {rss_before} KiB -> {rss_after} KiB"
+    );
+}

@@ -284,6 +284,7 @@ impl Reply {
 }
 
 /// A minimal MCP client over Streamable HTTP (session era).
+#[derive(Clone)]
 pub(crate) struct Client {
     pub http: reqwest::Client,
     pub url: String,
