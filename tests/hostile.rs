@@ -915,3 +915,40 @@ async fn chaos_leaves_the_gateway_as_it_was() {
         "RSS {rss_before} KiB -> {rss_after} KiB"
     );
 }
+
+/// A backend that ignores both the closing of its stdin and SIGTERM is killed
+/// (SIGKILL after the graces), and ending its session does not wait for that.
+#[tokio::test]
+async fn a_backend_that_ignores_sigterm_is_killed_and_delete_does_not_wait() {
+    let dir = Scratch::new("stubborn");
+    let pidfile = dir.file("backend.pid");
+    let g = gantry()
+        .backend(
+            python_fixture("mb", "misbehaving_server.py")
+                .env("MB_STUBBORN", "1")
+                .env("MB_PIDFILE", pidfile.to_str().unwrap()),
+        )
+        .start();
+    let mut c = g.client();
+    c.initialize().await;
+    let backend = pid_in(&pidfile).await;
+    let started = Instant::now();
+    let ended = c
+        .http
+        .delete(&c.url)
+        .header("mcp-session-id", c.session.as_deref().unwrap())
+        .header("mcp-protocol-version", &c.version)
+        .send()
+        .await
+        .unwrap();
+    let took = started.elapsed();
+    assert!(ended.status().is_success());
+    assert!(
+        gone_within(&[backend], Duration::from_secs(15)).await,
+        "a backend ignoring SIGTERM survived"
+    );
+    assert!(
+        took < Duration::from_secs(2),
+        "DELETE waited {took:?} for the backend to stop"
+    );
+}

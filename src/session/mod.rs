@@ -390,6 +390,10 @@ pub enum SessionError {
     Quota(#[from] QuotaError),
 }
 
+/// How long ending a session waits for its backends to stop before letting them
+/// finish stopping in the background.
+const PROMPT_CLOSE: Duration = Duration::from_secs(1);
+
 /// All live sessions.
 pub struct SessionStore {
     map: DashMap<String, Arc<Session>>,
@@ -397,6 +401,8 @@ pub struct SessionStore {
     idle: Duration,
     event_buffer: usize,
     quotas: Quotas,
+    /// Ended sessions whose backends are still stopping.
+    closing: tokio_util::task::TaskTracker,
     /// Sessions ended because they were idle too long.
     pub reaped: AtomicU64,
 }
@@ -411,6 +417,7 @@ impl SessionStore {
             idle,
             event_buffer,
             quotas: Quotas::new(quota),
+            closing: tokio_util::task::TaskTracker::new(),
             reaped: AtomicU64::new(0),
         }
     }
@@ -460,9 +467,16 @@ impl SessionStore {
             self.quotas.release(key);
         }
         s.end();
-        if let Some(route) = s.route() {
-            route.close().await;
-        }
+        // Its backends are stopped before this returns when they exit promptly (so
+        // their connection slots are free again); one that takes its time (up to
+        // its graces) goes on stopping in the background rather than hold up a
+        // DELETE or the reaper. [`SessionStore::end_all`] waits for every one.
+        let mut closing = self.closing.spawn(async move {
+            if let Some(route) = s.route() {
+                route.close().await;
+            }
+        });
+        let _ = tokio::time::timeout(PROMPT_CLOSE, &mut closing).await;
         true
     }
 
@@ -484,13 +498,15 @@ impl SessionStore {
             .filter(|e| !e.value().busy() && e.value().idle_for() >= self.idle)
             .map(|e| e.key().clone())
             .collect();
-        let mut n = 0;
-        for id in idle {
-            if self.end(&id).await {
-                n += 1;
+        let ended = futures::future::join_all(idle.iter().map(|id| async move {
+            let ended = self.end(id).await;
+            if ended {
                 tracing::info!(session = %id, "session expired after being idle");
             }
-        }
+            ended
+        }))
+        .await;
+        let n = ended.into_iter().filter(|e| *e).count();
         self.reaped.fetch_add(n as u64, Ordering::Relaxed);
         self.quotas.prune();
         n
@@ -500,5 +516,8 @@ impl SessionStore {
     pub async fn end_all(&self) {
         let ids: Vec<String> = self.map.iter().map(|e| e.key().clone()).collect();
         futures::future::join_all(ids.iter().map(|id| self.end(id))).await;
+        self.closing.close();
+        self.closing.wait().await;
+        self.closing.reopen();
     }
 }
