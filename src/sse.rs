@@ -193,3 +193,234 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod props {
+    //! Property tests: the parser never panics on what a backend sends, does not care
+    //! how the bytes are chunked, and reads back what is written in SSE form.
+    use super::*;
+    use proptest::prelude::*;
+
+    /// `cases` cases, or `PROPTEST_CASES` of them when set (for a longer hunt).
+    fn config(cases: u32) -> ProptestConfig {
+        let base = ProptestConfig::default();
+        ProptestConfig {
+            cases: if std::env::var_os("PROPTEST_CASES").is_some() {
+                base.cases
+            } else {
+                cases
+            },
+            // No regression files in the source tree; a failure prints its case.
+            failure_persistence: None,
+            ..base
+        }
+    }
+
+    /// Feeds `chunks` one after the other: the events of each, or the first error.
+    fn feed_chunks(max: usize, chunks: &[&[u8]]) -> Result<Vec<Event>, SseError> {
+        let mut p = Parser::new(max);
+        let mut out = Vec::new();
+        for c in chunks {
+            out.extend(p.feed(c)?);
+        }
+        Ok(out)
+    }
+
+    /// `bytes` cut at `cuts` (positions taken modulo the length, in any order).
+    fn split<'b>(bytes: &'b [u8], cuts: &[usize]) -> Vec<&'b [u8]> {
+        let mut at: Vec<usize> = cuts.iter().map(|c| c % (bytes.len() + 1)).collect();
+        at.sort_unstable();
+        let mut out = Vec::new();
+        let mut from = 0;
+        for i in at {
+            out.push(&bytes[from..i]);
+            from = i;
+        }
+        out.push(&bytes[from..]);
+        out
+    }
+
+    /// Bytes that look like an SSE stream: field names, separators, line endings,
+    /// a BOM, invalid UTF-8, mixed at random.
+    fn sse_like() -> impl Strategy<Value = Vec<u8>> {
+        let token = prop::sample::select(vec![
+            &b"data"[..],
+            b"data:",
+            b"data: ",
+            b"event:",
+            b"id:",
+            b"id: 1",
+            b"retry:",
+            b"retry: 10",
+            b": c",
+            b":",
+            b" ",
+            b"\n",
+            b"\r",
+            b"\r\n",
+            b"\n\n",
+            b"x",
+            b"{}",
+            b"\0",
+            b"\xef\xbb\xbf",
+            b"\xff",
+            b"\xe4\xb8",
+            b"\x96",
+        ]);
+        prop::collection::vec(token, 0..60).prop_map(|t| t.concat())
+    }
+
+    #[derive(Debug, Clone)]
+    enum Line {
+        /// `data` and one of its spellings of the separator.
+        Data(String, u8),
+        Event(String),
+        Id(String),
+        Retry(u64),
+        Comment(String),
+        /// A field the parser ignores.
+        Other(String, String),
+    }
+
+    /// A value on one line: no CR or LF.
+    fn text() -> impl Strategy<Value = String> {
+        prop_oneof!["[^\r\n]{0,12}", "[ a-z:{}\"]{0,12}",]
+    }
+
+    fn line() -> impl Strategy<Value = Line> {
+        prop_oneof![
+            4 => (text(), 0u8..3).prop_map(|(d, s)| Line::Data(d, s)),
+            1 => text().prop_map(Line::Event),
+            1 => "[^\r\n\0]{0,8}".prop_map(Line::Id),
+            1 => any::<u64>().prop_map(Line::Retry),
+            1 => text().prop_map(Line::Comment),
+            1 => ("[a-z]{1,6}".prop_filter("ignored field", |f| {
+                !matches!(f.as_str(), "data" | "event" | "id" | "retry")
+            }), text()).prop_map(|(f, v)| Line::Other(f, v)),
+        ]
+    }
+
+    /// One event as written: its lines, and the event the parser must report.
+    fn event() -> impl Strategy<Value = (Vec<Line>, Option<Event>)> {
+        prop::collection::vec(line(), 0..6).prop_map(|lines| {
+            let mut ev = Event::default();
+            let mut has_data = false;
+            for l in &lines {
+                match l {
+                    Line::Data(d, _) => {
+                        if has_data {
+                            ev.data.push('\n');
+                        }
+                        ev.data.push_str(d);
+                        has_data = true;
+                    }
+                    Line::Event(e) => ev.event = e.clone(),
+                    Line::Id(i) => ev.id = Some(i.clone()),
+                    Line::Retry(r) => ev.retry = Some(*r),
+                    Line::Comment(_) | Line::Other(..) => {}
+                }
+            }
+            let reported = has_data || ev.id.is_some() || ev.retry.is_some();
+            (lines, reported.then_some(ev))
+        })
+    }
+
+    /// The text of a line (without its ending).
+    fn written(l: &Line) -> String {
+        match l {
+            Line::Data(d, 0) if d.is_empty() => "data".into(),
+            Line::Data(d, 1) if !d.starts_with(' ') => format!("data:{d}"),
+            Line::Data(d, _) => format!("data: {d}"),
+            Line::Event(e) => format!("event: {e}"),
+            Line::Id(i) => format!("id: {i}"),
+            Line::Retry(r) => format!("retry: {r}"),
+            Line::Comment(c) => format!(":{c}"),
+            Line::Other(f, v) => format!("{f}: {v}"),
+        }
+    }
+
+    /// Writes events, each line (and each blank line that ends an event) with one of
+    /// LF, CRLF and CR. An empty line right after a CR is never ended by a lone LF
+    /// (that would make the pair one CRLF).
+    fn write(events: &[(Vec<Line>, Option<Event>)], endings: &[u8]) -> String {
+        let mut out = String::new();
+        let mut endings = endings.iter().cycle();
+        let mut after_cr = false;
+        let mut end = |out: &mut String, empty: bool| {
+            let mut e = match endings.next().copied().unwrap_or(0) % 3 {
+                0 => "\n",
+                1 => "\r\n",
+                _ => "\r",
+            };
+            if empty && after_cr && e == "\n" {
+                e = "\r\n";
+            }
+            after_cr = e == "\r";
+            out.push_str(e);
+        };
+        for (lines, _) in events {
+            for l in lines {
+                let w = written(l);
+                let empty = w.is_empty();
+                out.push_str(&w);
+                end(&mut out, empty);
+            }
+            end(&mut out, true);
+        }
+        out
+    }
+
+    proptest! {
+        #![proptest_config(config(256))]
+
+        #[test]
+        fn any_chunking_gives_the_same_events(
+            bytes in prop_oneof![any::<Vec<u8>>(), sse_like()],
+            cuts in prop::collection::vec(any::<usize>(), 0..8),
+            max in prop_oneof![0usize..64, Just(1 << 20)],
+        ) {
+            let whole = feed_chunks(max, &[&bytes]);
+            let pieces = feed_chunks(max, &split(&bytes, &cuts));
+            let bytewise: Vec<&[u8]> = bytes.chunks(1).collect();
+            let bytewise = feed_chunks(max, &bytewise);
+            prop_assert_eq!(&pieces, &whole);
+            prop_assert_eq!(&bytewise, &whole);
+            if let Ok(events) = &whole {
+                for e in events {
+                    // One event never outgrows the cap.
+                    prop_assert!(e.data.len() <= 3 * max, "{e:?}");
+                }
+            }
+        }
+
+        #[test]
+        fn written_events_come_back(
+            events in prop::collection::vec(event(), 0..6),
+            endings in prop::collection::vec(any::<u8>(), 1..16),
+            cuts in prop::collection::vec(any::<usize>(), 0..6),
+        ) {
+            let text = write(&events, &endings);
+            let want: Vec<Event> = events.iter().filter_map(|(_, e)| e.clone()).collect();
+            let got = feed_chunks(1 << 20, &split(text.as_bytes(), &cuts));
+            prop_assert_eq!(got, Ok(want), "{:?}", text);
+        }
+
+        /// What Gantry writes to clients reads back: the id as is, the data with raw
+        /// line breaks blanked.
+        #[test]
+        fn message_events_come_back(
+            id in proptest::option::of("[0-9]{1,5}_[0-9]{1,5}"),
+            data in prop_oneof![any::<String>(), "[a\r\n :{}\"]{0,12}"],
+        ) {
+            let text = message_event(id.as_deref(), &data);
+            let got = feed_chunks(usize::MAX, &[text.as_bytes()]);
+            let want = Event {
+                event: "message".into(),
+                data: data.replace(['\n', '\r'], " "),
+                id,
+                retry: None,
+            };
+            prop_assert_eq!(got, Ok(vec![want]));
+        }
+    }
+}

@@ -363,3 +363,124 @@ pub struct HttpConfig {
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
 }
+
+#[cfg(test)]
+mod props {
+    //! Property tests of the durations in the configuration file (humantime form).
+    use crate::config::{Config, ConfigFile};
+    use proptest::prelude::*;
+    use std::time::Duration;
+
+    /// `cases` cases, or `PROPTEST_CASES` of them when set (for a longer hunt).
+    fn config(cases: u32) -> ProptestConfig {
+        let base = ProptestConfig::default();
+        ProptestConfig {
+            cases: if std::env::var_os("PROPTEST_CASES").is_some() {
+                base.cases
+            } else {
+                cases
+            },
+            // No regression files in the source tree; a failure prints its case.
+            failure_persistence: None,
+            ..base
+        }
+    }
+
+    /// A valid file with `session_idle_timeout` set to the TOML value `value`.
+    fn file(value: &str) -> String {
+        format!(
+            "[server]\nsession_idle_timeout = {value}\n\
+             [[backends]]\nname = \"x\"\nstdio = {{ command = \"a\" }}\n"
+        )
+    }
+
+    /// A TOML string literal holding `s`.
+    fn toml_string(s: &str) -> String {
+        toml::Value::String(s.to_owned()).to_string()
+    }
+
+    /// Text that looks like a duration: numbers, units, spaces, signs, overflow.
+    fn duration_like() -> impl Strategy<Value = String> {
+        let piece = prop::sample::select(vec![
+            "0",
+            "1",
+            "9",
+            "18446744073709551615",
+            "18446744073709551616",
+            "99999999999",
+            "ns",
+            "us",
+            "µs",
+            "ms",
+            "s",
+            "sec",
+            "m",
+            "min",
+            "h",
+            "d",
+            "w",
+            "M",
+            "y",
+            "years",
+            " ",
+            "-",
+            "+",
+            ".",
+            "e",
+            "",
+        ]);
+        prop_oneof![
+            any::<String>(),
+            prop::collection::vec(piece, 0..8).prop_map(|p| p.concat()),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(config(128))]
+
+        /// Any string as the timeout: an error or a duration, never a panic; when it
+        /// loads, it is what humantime reads.
+        #[test]
+        fn any_timeout_string_loads_or_errs(s in duration_like()) {
+            let text = file(&toml_string(&s));
+            let parsed = humantime::parse_duration(&s);
+            let file: Result<ConfigFile, _> = toml::from_str(&text);
+            prop_assert_eq!(
+                file.as_ref().ok().map(|f| f.server.session_idle_timeout),
+                parsed.as_ref().ok().copied(),
+                "{}", text
+            );
+            match Config::from_toml(&text, "t.toml") {
+                Ok(cfg) => prop_assert_eq!(Ok(cfg.server.session_idle_timeout), parsed),
+                Err(e) => prop_assert!(
+                    parsed.as_ref().map_or(true, |d| *d < Duration::from_secs(1)),
+                    "{s:?} ({parsed:?}) refused: {e}"
+                ),
+            }
+        }
+
+        /// Any TOML value in its place (numbers, tables, arrays, booleans): an error
+        /// or a duration, never a panic.
+        #[test]
+        fn any_timeout_value_loads_or_errs(v in "[-+0-9a-z.:\"'\\[\\]{} =_]{0,16}") {
+            let _ = Config::from_toml(&file(&v), "t.toml");
+        }
+
+        /// A duration written as Gantry's docs and errors write it reads back exactly.
+        #[test]
+        fn formatted_durations_read_back(ms in prop_oneof![
+            0u64..10_000,
+            0u64..100_000_000_000,
+            any::<u64>(),
+        ]) {
+            let d = Duration::from_millis(ms);
+            let written = humantime::format_duration(d).to_string();
+            prop_assert_eq!(humantime::parse_duration(&written).ok(), Some(d), "{}", written);
+            let text = file(&toml_string(&written));
+            match Config::from_toml(&text, "t.toml") {
+                Ok(cfg) => prop_assert_eq!(cfg.server.session_idle_timeout, d),
+                Err(e) => prop_assert!(d < Duration::from_secs(1), "{written} refused: {e}"),
+            }
+        }
+    }
+}

@@ -194,6 +194,13 @@ pub enum Incoming {
 impl Message {
     /// Parses one JSON-RPC message.
     pub fn parse(bytes: &[u8]) -> Result<Self, ParseError> {
+        // A message is a JSON object: serde would also read the envelope's fields by
+        // position from an array (`["2.0", 1, "ping"]`).
+        let first = bytes.iter().copied().find(|b| !b.is_ascii_whitespace());
+        if first != Some(b'{') {
+            serde_json::from_slice::<serde::de::IgnoredAny>(bytes).map_err(|e| classify(&e))?;
+            return Err(ParseError::Invalid("not a JSON-RPC object"));
+        }
         let env: Envelope<'_> = serde_json::from_slice(bytes).map_err(|e| classify(&e))?;
         Self::from_envelope(env)
     }
@@ -518,5 +525,413 @@ mod tests {
         assert_eq!(string_field(Some(&p), "name").as_deref(), Some("x"));
         assert_eq!(string_field(Some(&p), "n"), None);
         assert_eq!(string_field(None, "name"), None);
+    }
+}
+
+#[cfg(test)]
+mod props {
+    //! Property tests: the envelope parser never panics, whatever a client or a
+    //! backend sends, and what it parses is written back unchanged.
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::{Map, Value};
+
+    /// `cases` cases, or `PROPTEST_CASES` of them when set (for a longer hunt).
+    fn config(cases: u32) -> ProptestConfig {
+        let base = ProptestConfig::default();
+        ProptestConfig {
+            cases: if std::env::var_os("PROPTEST_CASES").is_some() {
+                base.cases
+            } else {
+                cases
+            },
+            // No regression files in the source tree; a failure prints its case.
+            failure_persistence: None,
+            ..base
+        }
+    }
+
+    /// Any JSON value: scalars (finite floats, large integers, any text) and nested
+    /// arrays and objects.
+    fn json() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            any::<u64>().prop_map(Value::from),
+            any::<f64>().prop_filter_map("finite", |f| serde_json::Number::from_f64(f)
+                .map(Value::Number)),
+            any::<String>().prop_map(Value::String),
+        ];
+        leaf.prop_recursive(4, 48, 6, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+                prop::collection::vec((key(), inner), 0..6)
+                    .prop_map(|kv| Value::Object(kv.into_iter().collect())),
+            ]
+        })
+    }
+
+    /// Object keys: the envelope's own fields most of the time, else any text.
+    fn key() -> impl Strategy<Value = String> {
+        prop_oneof![
+            3 => prop::sample::select(vec!["jsonrpc", "id", "method", "params", "result", "error"])
+                .prop_map(str::to_owned),
+            1 => any::<String>(),
+        ]
+    }
+
+    /// The JSON text of a valid id: an integer of any size, or a string whose
+    /// characters are written literally or as `\u` escapes.
+    fn id_text() -> impl Strategy<Value = String> {
+        prop_oneof![
+            any::<i64>().prop_map(|n| n.to_string()),
+            any::<u64>().prop_map(|n| n.to_string()),
+            "-?[1-9][0-9]{19,40}",
+            prop::collection::vec((any::<char>(), any::<bool>()), 0..12).prop_map(|cs| {
+                let mut s = String::from('"');
+                for (c, escape) in cs {
+                    if escape || c == '"' || c == '\\' || c < ' ' {
+                        let mut units = [0u16; 2];
+                        for u in c.encode_utf16(&mut units) {
+                            s.push_str(&format!("\\u{u:04x}"));
+                        }
+                    } else {
+                        s.push(c);
+                    }
+                }
+                s.push('"');
+                s
+            }),
+        ]
+    }
+
+    /// Mostly message-shaped objects: each envelope field absent, well-typed or any
+    /// value, plus unknown fields.
+    fn message_value() -> impl Strategy<Value = Value> {
+        let jsonrpc = prop_oneof![4 => Just(Some(Value::from("2.0"))), 1 => Just(None), 1 => json().prop_map(Some)];
+        let id = prop_oneof![
+            2 => Just(None),
+            4 => id_text().prop_map(|t| Some(serde_json::from_str::<Value>(&t).unwrap())),
+            1 => Just(Some(Value::Null)),
+            1 => json().prop_map(Some),
+        ];
+        let null = || Just(Some(Value::Null));
+        let method = prop_oneof![
+            2 => Just(None),
+            3 => any::<String>().prop_map(|m| Some(Value::from(m))),
+            1 => null(),
+            1 => json().prop_map(Some),
+        ];
+        let params = prop_oneof![
+            2 => Just(None),
+            3 => json().prop_map(|v| Some(serde_json::json!({ "p": v }))),
+            1 => prop::collection::vec(json(), 0..3).prop_map(|v| Some(Value::Array(v))),
+            1 => null(),
+            1 => json().prop_map(Some),
+        ];
+        let result = prop_oneof![3 => Just(None), 1 => null(), 1 => json().prop_map(Some)];
+        let error = prop_oneof![
+            3 => Just(None),
+            1 => null(),
+            1 => json().prop_map(|d| Some(serde_json::json!({"code": -1, "message": "m", "data": d}))),
+            1 => json().prop_map(Some),
+        ];
+        let extra = prop::collection::vec((any::<String>(), json()), 0..2);
+        (jsonrpc, id, method, params, result, error, extra).prop_map(
+            |(jsonrpc, id, method, params, result, error, extra)| {
+                let mut m = Map::new();
+                for (k, v) in extra {
+                    m.insert(k, v);
+                }
+                for (k, v) in [
+                    ("jsonrpc", jsonrpc),
+                    ("id", id),
+                    ("method", method),
+                    ("params", params),
+                    ("result", result),
+                    ("error", error),
+                ] {
+                    if let Some(v) = v {
+                        m.insert(k.to_owned(), v);
+                    }
+                }
+                Value::Object(m)
+            },
+        )
+    }
+
+    /// Bytes that look like JSON-RPC text: fragments of it glued together.
+    fn jsonish_bytes() -> impl Strategy<Value = Vec<u8>> {
+        let token = prop::sample::select(vec![
+            "{",
+            "}",
+            "[",
+            "]",
+            ",",
+            ":",
+            " ",
+            "\n",
+            "\"",
+            "\\",
+            "\"jsonrpc\"",
+            "\"2.0\"",
+            "\"id\"",
+            "\"method\"",
+            "\"params\"",
+            "\"result\"",
+            "\"error\"",
+            "null",
+            "true",
+            "1",
+            "-0",
+            "1.5e3",
+            "18446744073709551616",
+            "\"\\ud800\"",
+            "\u{feff}",
+            "\u{0}",
+        ]);
+        prop::collection::vec(token, 0..40).prop_map(|t| t.concat().into_bytes())
+    }
+
+    /// The text of a message-shaped value (or a batch of them) with a few bytes
+    /// replaced, inserted or removed, or cut short.
+    fn mutated_message() -> impl Strategy<Value = Vec<u8>> {
+        let text = prop_oneof![
+            message_value().prop_map(|v| serde_json::to_vec(&v).unwrap()),
+            prop::collection::vec(message_value(), 1..3)
+                .prop_map(|v| serde_json::to_vec_pretty(&Value::Array(v)).unwrap()),
+        ];
+        let edits = prop::collection::vec((0u8..4, any::<usize>(), any::<u8>()), 0..4);
+        (text, edits).prop_map(|(mut t, edits)| {
+            for (op, at, b) in edits {
+                let i = at % (t.len() + 1);
+                match op {
+                    0 if i < t.len() => t[i] = b,
+                    1 => t.insert(i, b),
+                    2 if i < t.len() => {
+                        t.remove(i);
+                    }
+                    _ => t.truncate(i),
+                }
+            }
+            t
+        })
+    }
+
+    /// The envelope fields of a message-shaped object as an array, in the order
+    /// they are declared (absent ones null, trailing ones left out).
+    fn positional(v: Value) -> Value {
+        let mut row: Vec<Value> = ["jsonrpc", "id", "method", "params", "result", "error"]
+            .iter()
+            .map(|k| v.get(k).cloned().unwrap_or(Value::Null))
+            .collect();
+        while row.last() == Some(&Value::Null) {
+            row.pop();
+        }
+        Value::Array(row)
+    }
+
+    fn kind(m: &Message) -> &'static str {
+        match m {
+            Message::Request(_) => "request",
+            Message::Notification(_) => "notification",
+            Message::Response(_) => "response",
+        }
+    }
+
+    fn id_key(m: &Message) -> Option<&str> {
+        match m {
+            Message::Request(r) => Some(r.id.key()),
+            Message::Notification(_) => None,
+            Message::Response(r) => r.id.as_ref().map(RequestId::key),
+        }
+    }
+
+    /// A parsed message writes back to text that parses to the same message, and
+    /// that text holds the envelope fields the original text held, as values (both
+    /// read by serde_json, whose float reading is not exact: Gantry relays the text).
+    fn check_round_trip(original: Option<&[u8]>, m: &Message) -> Result<(), TestCaseError> {
+        let text = m.to_json();
+        let again = Message::parse(text.as_bytes());
+        prop_assert!(again.is_ok(), "{text} does not parse again: {again:?}");
+        let again = again.unwrap();
+        prop_assert_eq!(kind(&again), kind(m));
+        prop_assert_eq!(id_key(&again), id_key(m));
+        prop_assert_eq!(again.to_json(), text.clone());
+        let original: Option<Value> = original.map(|t| serde_json::from_slice(t).unwrap());
+        if let Some(Value::Object(orig)) = original {
+            let written: Value = serde_json::from_str(&text).unwrap();
+            let mut want = Map::new();
+            want.insert("jsonrpc".into(), Value::from("2.0"));
+            for k in ["id", "method", "params", "result", "error"] {
+                match orig.get(k) {
+                    // serde reads a null optional field as absent; only `"id":null`
+                    // is told apart (a response to an unreadable request).
+                    Some(Value::Null) if k != "id" => {}
+                    // A response's stray `params` is ignored, not relayed.
+                    Some(_) if k == "params" && matches!(m, Message::Response(_)) => {}
+                    Some(v) => {
+                        want.insert(k.into(), v.clone());
+                    }
+                    None => {}
+                }
+            }
+            if matches!(m, Message::Response(_)) {
+                want.entry("id").or_insert(Value::Null);
+            }
+            prop_assert_eq!(written, Value::Object(want), "{}", text);
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(config(256))]
+
+        #[test]
+        fn arbitrary_bytes_never_panic(
+            bytes in prop_oneof![any::<Vec<u8>>(), jsonish_bytes(), mutated_message()],
+        ) {
+            if let Ok(m) = Message::parse(&bytes) {
+                check_round_trip(None, &m)?;
+            }
+            if let Ok(Incoming::Batch(ms)) = Incoming::parse(&bytes) {
+                prop_assert!(!ms.is_empty());
+                for m in &ms {
+                    check_round_trip(None, m)?;
+                }
+            }
+        }
+
+        #[test]
+        fn arbitrary_json_never_panics(v in prop_oneof![json(), message_value()]) {
+            for text in [serde_json::to_vec(&v).unwrap(), serde_json::to_vec_pretty(&v).unwrap()] {
+                if let Ok(m) = Message::parse(&text) {
+                    check_round_trip(Some(&text), &m)?;
+                }
+                let _ = Incoming::parse(&text);
+            }
+        }
+
+        #[test]
+        fn parsed_messages_round_trip(v in message_value()) {
+            let text = serde_json::to_vec(&v).unwrap();
+            let single = Message::parse(&text);
+            if let Ok(m) = &single {
+                check_round_trip(Some(&text), m)?;
+            }
+            // The same message alone in a batch is accepted or refused the same way.
+            let batch = Incoming::parse(&serde_json::to_vec(&Value::Array(vec![v.clone()])).unwrap());
+            match (&single, &batch) {
+                (Ok(m), Ok(Incoming::Batch(ms))) => {
+                    prop_assert_eq!(ms.len(), 1);
+                    prop_assert_eq!(ms[0].to_json(), m.to_json());
+                }
+                (Err(_), Err(_)) => {}
+                _ => prop_assert!(false, "single {single:?} vs batch {batch:?}"),
+            }
+        }
+
+        /// Only a JSON object is a message: not a scalar, not an array, not the
+        /// envelope's fields in a row.
+        #[test]
+        fn only_objects_are_messages(v in prop_oneof![json(), message_value().prop_map(positional)]) {
+            if !v.is_object() {
+                let text = serde_json::to_vec(&v).unwrap();
+                let m = Message::parse(&text);
+                prop_assert!(m.is_err(), "{} parsed as {:?}", String::from_utf8_lossy(&text), m);
+            }
+        }
+
+        /// Ids keep their type and their exact text, escapes and all.
+        #[test]
+        fn ids_keep_type_and_text(
+            id in id_text(),
+            method in any::<String>(),
+            response in any::<bool>(),
+        ) {
+            let text = if response {
+                format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{}}}}"#)
+            } else {
+                format!(r#"{{"jsonrpc":"2.0","id":{id},"method":{}}}"#, json_string(&method))
+            };
+            let m = Message::parse(text.as_bytes());
+            prop_assert!(m.is_ok(), "{text}: {m:?}");
+            let m = m.unwrap();
+            prop_assert_eq!(id_key(&m), Some(id.as_str()));
+            prop_assert_eq!(m.to_json(), text.clone());
+            let rid = match &m {
+                Message::Request(r) => r.id.clone(),
+                Message::Response(r) => r.id.clone().unwrap(),
+                Message::Notification(_) => return Err(TestCaseError::fail("not a notification")),
+            };
+            let is_string = id.starts_with('"');
+            prop_assert_eq!(rid.key().starts_with('"'), is_string);
+            if is_string {
+                prop_assert_eq!(rid.as_u64(), None);
+                let s: String = serde_json::from_str(&id).unwrap();
+                // A string id never equals the number with the same digits.
+                if let Ok(n) = s.parse::<u64>() {
+                    prop_assert_ne!(rid.clone(), RequestId::from_u64(n));
+                }
+                if !id.contains('\\') {
+                    prop_assert_eq!(rid, RequestId::from_string(&s));
+                }
+            } else {
+                prop_assert_eq!(rid.as_u64(), id.parse::<u64>().ok());
+                if let Ok(n) = id.parse::<u64>() {
+                    prop_assert_eq!(rid, RequestId::from_u64(n));
+                }
+            }
+        }
+
+        /// Numbers that are not integers are refused as ids.
+        #[test]
+        fn non_integer_ids_are_refused(
+            n in prop_oneof![
+                "-?(0|[1-9][0-9]{0,24})(\\.[0-9]{1,4})?([eE][-+]?[0-9]{1,3})?",
+                any::<f64>().prop_filter("finite", |f| f.is_finite()).prop_map(|f| format!("{f:?}")),
+            ],
+        ) {
+            let text = format!(r#"{{"jsonrpc":"2.0","id":{n},"method":"m"}}"#);
+            let is_integer_text = !n.contains(['.', 'e', 'E']);
+            prop_assert_eq!(Message::parse(text.as_bytes()).is_ok(), is_integer_text, "{}", text);
+        }
+    }
+
+    proptest! {
+        // Bigger inputs: fewer cases.
+        #![proptest_config(config(48))]
+
+        #[test]
+        fn batches_parse_item_by_item(vs in prop::collection::vec(message_value(), 1..5)) {
+            let text = serde_json::to_vec(&Value::Array(vs.clone())).unwrap();
+            let each: Result<Vec<Message>, ParseError> = vs
+                .iter()
+                .map(|v| Message::parse(&serde_json::to_vec(v).unwrap()))
+                .collect();
+            match (Incoming::parse(&text), each) {
+                (Ok(Incoming::Batch(got)), Ok(want)) => {
+                    let got: Vec<String> = got.iter().map(Message::to_json).collect();
+                    let want: Vec<String> = want.iter().map(Message::to_json).collect();
+                    prop_assert_eq!(got, want);
+                }
+                (Err(_), Err(_)) => {}
+                (got, want) => prop_assert!(false, "batch {got:?} vs items {want:?}"),
+            }
+        }
+
+        /// Deeply nested values (serde_json skips raw values without a depth limit)
+        /// are relayed, never overflow the stack.
+        #[test]
+        fn deep_nesting_never_overflows(depth in prop_oneof![0usize..300, 300usize..20_000], object in any::<bool>()) {
+            let (open, close) = if object { ("{\"a\":", "}") } else { ("[", "]") };
+            let nested = format!("{}1{}", open.repeat(depth), close.repeat(depth));
+            let text = format!(r#"{{"jsonrpc":"2.0","id":1,"result":{nested}}}"#);
+            if let Ok(m) = Message::parse(text.as_bytes()) {
+                check_round_trip(None, &m)?;
+            }
+            let _ = Incoming::parse(format!("[{text}]").as_bytes());
+        }
     }
 }

@@ -111,3 +111,121 @@ mod tests {
         assert_eq!(name_field("tools/list"), None);
     }
 }
+
+#[cfg(test)]
+mod props {
+    //! Property tests of the `Mcp-Name` / `Mcp-Param-*` value codec: decoding never
+    //! panics on what a client sends, and every string survives encoding as a valid
+    //! header value.
+    use super::*;
+    use proptest::prelude::*;
+
+    /// `cases` cases, or `PROPTEST_CASES` of them when set (for a longer hunt).
+    fn config(cases: u32) -> ProptestConfig {
+        let base = ProptestConfig::default();
+        ProptestConfig {
+            cases: if std::env::var_os("PROPTEST_CASES").is_some() {
+                base.cases
+            } else {
+                cases
+            },
+            // No regression files in the source tree; a failure prints its case.
+            failure_persistence: None,
+            ..base
+        }
+    }
+
+    /// Text that hits the codec's edges: the sentinel, spaces, tabs, controls, DEL,
+    /// non-ASCII, next to any string at all.
+    fn tricky() -> impl Strategy<Value = String> {
+        let piece = prop::sample::select(vec![
+            "=?base64?",
+            "?=",
+            "=?",
+            "?",
+            "=",
+            " ",
+            "\t",
+            "\n",
+            "\r",
+            "\0",
+            "\u{7f}",
+            "a",
+            "Z9+/",
+            "-_",
+            "é",
+            "世界",
+            "\u{feff}",
+            "\u{a0}",
+            "\u{2028}",
+        ]);
+        prop_oneof![
+            any::<String>(),
+            "[ -~]{0,16}",
+            prop::collection::vec(piece, 0..8).prop_map(|p| p.concat()),
+        ]
+    }
+
+    /// Bytes a client could send: anything, or a sentinel around anything.
+    fn raw() -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            any::<Vec<u8>>(),
+            (any::<Vec<u8>>(), "[ \t]{0,2}", "[ \t]{0,2}").prop_map(|(b, l, r)| {
+                [
+                    l.as_bytes(),
+                    PREFIX.as_bytes(),
+                    &b,
+                    SUFFIX.as_bytes(),
+                    r.as_bytes(),
+                ]
+                .concat()
+            }),
+            "[A-Za-z0-9+/=]{0,12}".prop_map(|b| format!("{PREFIX}{b}{SUFFIX}").into_bytes()),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(config(256))]
+
+        #[test]
+        fn decoding_never_panics(raw in raw()) {
+            if let Some(text) = decode(&raw) {
+                // What decodes is text a header can carry again, unchanged.
+                prop_assert_eq!(decode(encode(&text).as_bytes()), Some(text));
+            }
+        }
+
+        #[test]
+        fn every_string_round_trips(text in tricky()) {
+            let header = encode(&text);
+            prop_assert_eq!(decode(header.as_bytes()), Some(text));
+        }
+
+        #[test]
+        fn encoded_values_are_valid_header_values(text in tricky()) {
+            let header = encode(&text);
+            prop_assert!(!header.is_empty());
+            prop_assert!(
+                header.bytes().all(|b| b == b' ' || b == b'\t' || (0x21..=0x7e).contains(&b)),
+                "{header:?}"
+            );
+            // Nothing an HTTP stack would trim.
+            prop_assert!(!header.starts_with([' ', '\t']) && !header.ends_with([' ', '\t']));
+            prop_assert!(http::HeaderValue::from_str(&header).is_ok(), "{header:?}");
+            // Plain when it can be, so intermediaries and logs can read it.
+            let plain = !text.is_empty()
+                && text.bytes().all(|b| (0x21..0x7f).contains(&b) || b == b' ')
+                && !text.starts_with(' ')
+                && !text.ends_with(' ')
+                && !text.starts_with(PREFIX);
+            prop_assert_eq!(header == text, plain);
+        }
+
+        /// Spaces and tabs around a received value are not part of it.
+        #[test]
+        fn surrounding_whitespace_is_ignored(raw in raw(), l in "[ \t]{0,3}", r in "[ \t]{0,3}") {
+            let padded = [l.as_bytes(), &raw, r.as_bytes()].concat();
+            prop_assert_eq!(decode(&padded), decode(&raw));
+        }
+    }
+}

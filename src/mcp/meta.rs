@@ -133,3 +133,159 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod props {
+    //! Property tests: reading a request's `_meta` never panics, whatever the client
+    //! put in its params, and accepts exactly what the era requires.
+    use super::*;
+    use proptest::prelude::*;
+
+    /// `cases` cases, or `PROPTEST_CASES` of them when set (for a longer hunt).
+    fn config(cases: u32) -> ProptestConfig {
+        let base = ProptestConfig::default();
+        ProptestConfig {
+            cases: if std::env::var_os("PROPTEST_CASES").is_some() {
+                base.cases
+            } else {
+                cases
+            },
+            // No regression files in the source tree; a failure prints its case.
+            failure_persistence: None,
+            ..base
+        }
+    }
+
+    fn json() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            any::<f64>().prop_filter_map("finite", |f| serde_json::Number::from_f64(f)
+                .map(Value::Number)),
+            any::<String>().prop_map(Value::String),
+            // The log level names, so that some levels are valid.
+            prop::sample::select(vec![
+                "debug",
+                "info",
+                "notice",
+                "warning",
+                "error",
+                "critical",
+                "alert",
+                "emergency",
+                "Debug",
+                ""
+            ])
+            .prop_map(Value::from),
+        ];
+        leaf.prop_recursive(3, 24, 5, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                prop::collection::vec((key(), inner), 0..5)
+                    .prop_map(|kv| Value::Object(kv.into_iter().collect())),
+            ]
+        })
+    }
+
+    /// Keys: the protocol's `_meta` fields most of the time, else any text.
+    fn key() -> impl Strategy<Value = String> {
+        prop_oneof![
+            3 => prop::sample::select(vec![
+                "_meta",
+                META_PROTOCOL_VERSION,
+                META_CLIENT_CAPABILITIES,
+                META_CLIENT_INFO,
+                META_LOG_LEVEL,
+            ])
+            .prop_map(str::to_owned),
+            1 => any::<String>(),
+        ]
+    }
+
+    /// Params objects: any, or with a `_meta` object of any protocol fields.
+    fn params() -> impl Strategy<Value = Map<String, Value>> {
+        let field = |k: &'static str| proptest::option::of(json()).prop_map(move |v| (k, v));
+        let meta = (
+            field(META_PROTOCOL_VERSION),
+            prop_oneof![
+                Just(None),
+                any::<String>().prop_map(|s| Some(Value::from(s)))
+            ],
+            field(META_CLIENT_CAPABILITIES),
+            prop_oneof![Just(None), Just(Some(serde_json::json!({})))],
+            field(META_CLIENT_INFO),
+            field(META_LOG_LEVEL),
+            prop::collection::vec((key(), json()), 0..3),
+        )
+            .prop_map(|(v, vs, c, cs, i, l, extra)| {
+                let mut m: Map<String, Value> = extra.into_iter().collect();
+                for (k, x) in [
+                    v,
+                    (META_PROTOCOL_VERSION, vs),
+                    c,
+                    (META_CLIENT_CAPABILITIES, cs),
+                    i,
+                    l,
+                ] {
+                    if let Some(x) = x {
+                        m.insert(k.to_owned(), x);
+                    }
+                }
+                m
+            });
+        prop_oneof![
+            json().prop_map(|v| match v {
+                Value::Object(m) => m,
+                other => [("_meta".to_owned(), other)].into_iter().collect(),
+            }),
+            (meta, prop::collection::vec((key(), json()), 0..3)).prop_map(|(meta, extra)| {
+                let mut p: Map<String, Value> = extra.into_iter().collect();
+                p.insert("_meta".into(), Value::Object(meta));
+                p
+            }),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(config(256))]
+
+        #[test]
+        fn reading_any_params_never_panics(p in params()) {
+            let meta = p.get("_meta").and_then(Value::as_object);
+            let version = meta.and_then(|m| m.get(META_PROTOCOL_VERSION)).and_then(Value::as_str);
+            let caps = meta
+                .and_then(|m| m.get(META_CLIENT_CAPABILITIES))
+                .filter(|c| c.is_object());
+            match RequestMeta::read(&p) {
+                Ok(m) => {
+                    prop_assert_eq!(Some(m.protocol_version), version);
+                    prop_assert_eq!(Some(m.client_capabilities), caps);
+                    prop_assert_eq!(m.client_info, meta.and_then(|x| x.get(META_CLIENT_INFO)));
+                    let level = meta.and_then(|x| x.get(META_LOG_LEVEL));
+                    match (m.log_rank(), level) {
+                        (Ok(None), None) => {}
+                        (Ok(Some(r)), Some(l)) => {
+                            prop_assert_eq!(l.as_str().and_then(level_rank), Some(r));
+                        }
+                        (Err(MetaError::BadLogLevel), Some(l)) => {
+                            prop_assert_eq!(l.as_str().and_then(level_rank), None);
+                        }
+                        (got, l) => prop_assert!(false, "{got:?} for level {l:?}"),
+                    }
+                }
+                Err(e) => {
+                    prop_assert!(meta.is_none() || version.is_none() || caps.is_none());
+                    let want = if meta.is_none() {
+                        MetaError::Missing
+                    } else if version.is_none() {
+                        MetaError::NoVersion
+                    } else {
+                        MetaError::NoCapabilities
+                    };
+                    prop_assert_eq!(e, want);
+                }
+            }
+        }
+    }
+}

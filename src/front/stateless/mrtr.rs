@@ -157,9 +157,15 @@ impl<C> Mrtr<C> {
         ) else {
             return Err(StateError::Invalid);
         };
-        let (true, Ok(expires_ms), Ok(mac)) =
-            (k == kind, exp.parse::<u64>(), URL_SAFE_NO_PAD.decode(mac))
-        else {
+        // The expiry exactly as it was sealed (`u64::to_string`): no sign, no leading
+        // zero, so no other spelling of the same number opens.
+        let canonical = |e: &str| e.bytes().all(|b| b.is_ascii_digit()) && (e == "0" || !e.starts_with('0'));
+        let (true, true, Ok(expires_ms), Ok(mac)) = (
+            k == kind,
+            canonical(exp),
+            exp.parse::<u64>(),
+            URL_SAFE_NO_PAD.decode(mac),
+        ) else {
             return Err(StateError::Invalid);
         };
         let expected = self.mac(kind, payload, expires_ms, binding);
@@ -361,5 +367,182 @@ mod tests {
             m.redeem(&state, &binding("alice")).err(),
             Some(StateError::Expired)
         );
+    }
+}
+
+#[cfg(test)]
+mod props {
+    //! Property tests of sealed `requestState` values: opening what a client sends
+    //! never panics and succeeds only for a state this table sealed, unaltered, for
+    //! the same call.
+    use super::*;
+    use proptest::prelude::*;
+
+    /// `cases` cases, or `PROPTEST_CASES` of them when set (for a longer hunt).
+    fn config(cases: u32) -> ProptestConfig {
+        let base = ProptestConfig::default();
+        ProptestConfig {
+            cases: if std::env::var_os("PROPTEST_CASES").is_some() {
+                base.cases
+            } else {
+                cases
+            },
+            // No regression files in the source tree; a failure prints its case.
+            failure_persistence: None,
+            ..base
+        }
+    }
+
+    fn table() -> Mrtr<u32> {
+        Mrtr::new(Duration::from_secs(60))
+    }
+
+    fn binding() -> impl Strategy<Value = Binding> {
+        (
+            prop_oneof!["[a-z]{0,6}", any::<String>()],
+            prop::sample::select(vec!["tools/call", "prompts/get", "resources/read"]),
+            prop_oneof!["[a-z]{0,6}", any::<String>()],
+        )
+            .prop_map(|(principal, method, name)| Binding {
+                principal,
+                method: method.to_owned(),
+                name,
+            })
+    }
+
+    /// Strings a client could send: anything, and things shaped like a state (kind,
+    /// payload, expiry, a MAC-sized Base64 tail).
+    fn state_like() -> impl Strategy<Value = String> {
+        prop_oneof![
+            any::<String>(),
+            "g[12]\\.[0-9A-Za-z_-]{0,12}\\.[+0-9]{0,20}\\.[A-Za-z0-9_-]{0,60}",
+            ("g[12]", 0u64..100, any::<u64>(), "[A-Za-z0-9_-]{43}")
+                .prop_map(|(k, id, exp, mac)| format!("{k}.{id}.{exp}.{mac}")),
+            "[.g12]{0,12}",
+        ]
+    }
+
+    /// One edit of a string: replace, insert or delete the character at a position.
+    #[derive(Debug, Clone)]
+    enum Edit {
+        Replace(usize, char),
+        Insert(usize, char),
+        /// Insert at the start of a part (after its `n`th dot, modulo their count).
+        InsertInPart(usize, char),
+        Delete(usize),
+    }
+
+    fn edit() -> impl Strategy<Value = Edit> {
+        let c = prop_oneof![
+            3 => prop::sample::select(vec!['.', '0', '1', '9', '+', '-', '_', 'A', 'g', '=', ' ']),
+            1 => any::<char>(),
+        ];
+        prop_oneof![
+            1 => (any::<usize>(), c.clone()).prop_map(|(i, c)| Edit::Replace(i, c)),
+            1 => (any::<usize>(), c.clone()).prop_map(|(i, c)| Edit::Insert(i, c)),
+            // Where a part starts is where a lenient reader would skip a sign or a zero.
+            2 => (any::<usize>(), c).prop_map(|(i, c)| Edit::InsertInPart(i, c)),
+            1 => any::<usize>().prop_map(Edit::Delete),
+        ]
+    }
+
+    /// `s` with `edit` applied (positions modulo the length), if that changes it.
+    fn apply(s: &str, edit: &Edit) -> Option<String> {
+        let mut cs: Vec<char> = s.chars().collect();
+        match *edit {
+            Edit::Replace(i, c) => {
+                let i = i % cs.len();
+                if cs[i] == c {
+                    return None;
+                }
+                cs[i] = c;
+            }
+            Edit::Insert(i, c) => cs.insert(i % (cs.len() + 1), c),
+            Edit::InsertInPart(n, c) => {
+                let dots: Vec<usize> = (0..cs.len()).filter(|&i| cs[i] == '.').collect();
+                let at = dots.get(n % dots.len().max(1)).map_or(0, |d| d + 1);
+                cs.insert(at, c);
+            }
+            Edit::Delete(i) => {
+                cs.remove(i % cs.len());
+            }
+        }
+        Some(cs.into_iter().collect())
+    }
+
+    proptest! {
+        #![proptest_config(config(256))]
+
+        /// A table that sealed nothing opens nothing.
+        #[test]
+        fn arbitrary_states_never_open(s in state_like(), b in binding()) {
+            let m = table();
+            prop_assert_eq!(m.open("g1", &s, &b).err(), Some(StateError::Invalid));
+            prop_assert_eq!(m.open("g2", &s, &b).err(), Some(StateError::Invalid));
+            prop_assert_eq!(m.redeem(&s, &b).err(), Some(StateError::Invalid));
+            prop_assert_eq!(m.open_foreign(&s, &b), Err(StateError::Invalid));
+        }
+
+        #[test]
+        fn sealed_states_open_for_their_table_and_call_only(
+            payload in "[^.]{0,24}",
+            kind in prop::sample::select(vec!["g1", "g2", "x"]),
+            b in binding(),
+            other in binding(),
+        ) {
+            let m = table();
+            let (state, expires_ms) = m.seal(kind, &payload, &b);
+            prop_assert_eq!(m.open(kind, &state, &b), Ok((payload.as_str(), expires_ms)));
+            // Another key, another call, another kind: refused.
+            prop_assert_eq!(table().open(kind, &state, &b).err(), Some(StateError::Invalid));
+            if other != b {
+                prop_assert_eq!(m.open(kind, &state, &other).err(), Some(StateError::Invalid));
+            }
+            let wrong = if kind == "g1" { "g2" } else { "g1" };
+            prop_assert_eq!(m.open(wrong, &state, &b).err(), Some(StateError::Invalid));
+        }
+
+        #[test]
+        fn foreign_states_round_trip(inner in any::<String>(), b in binding()) {
+            let m = table();
+            let sealed = m.seal_foreign(&inner, &b);
+            prop_assert_eq!(m.open_foreign(&sealed, &b), Ok(inner));
+            prop_assert_eq!(table().open_foreign(&sealed, &b), Err(StateError::Invalid));
+            prop_assert_eq!(m.redeem(&sealed, &b).err(), Some(StateError::Invalid));
+        }
+
+        #[test]
+        fn parked_calls_are_redeemed_once(call in any::<u32>(), b in binding()) {
+            let m = table();
+            let state = m.park(call, IndexMap::new(), b.clone()).map_err(|_| TestCaseError::fail("park"))?;
+            prop_assert_eq!(m.open_foreign(&state, &b), Err(StateError::Invalid));
+            prop_assert_eq!(m.redeem(&state, &b).map(|p| p.call).ok(), Some(call));
+            prop_assert_eq!(m.redeem(&state, &b).err(), Some(StateError::Gone));
+        }
+
+        /// Any one character replaced, inserted or removed: refused.
+        #[test]
+        fn altered_states_never_open(
+            inner in "[ -~]{0,12}",
+            foreign in any::<bool>(),
+            b in binding(),
+            edit in edit(),
+        ) {
+            let m = table();
+            let state = if foreign {
+                m.seal_foreign(&inner, &b)
+            } else {
+                m.park(1, IndexMap::new(), b.clone()).map_err(|_| TestCaseError::fail("park"))?
+            };
+            let Some(altered) = apply(&state, &edit) else { return Ok(()) };
+            prop_assert_eq!(m.open_foreign(&altered, &b), Err(StateError::Invalid), "{} -> {}", state, altered);
+            prop_assert_eq!(m.redeem(&altered, &b).err(), Some(StateError::Invalid), "{} -> {}", state, altered);
+            // The genuine state still works.
+            if foreign {
+                prop_assert_eq!(m.open_foreign(&state, &b), Ok(inner));
+            } else {
+                prop_assert_eq!(m.redeem(&state, &b).map(|p| p.call).ok(), Some(1));
+            }
+        }
     }
 }
