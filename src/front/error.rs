@@ -32,7 +32,7 @@ pub enum FrontError {
     #[error("Request body larger than {0} bytes")]
     TooLarge(usize),
     /// The body did not arrive whole within `server.body_timeout`: 408.
-    #[error("Request Timeout: the request body did not arrive within {}", humantime::format_duration(*.0))]
+    #[error("Request Timeout: the request body did not arrive within {}", crate::telemetry::human(*.0))]
     BodyTimeout(std::time::Duration),
     /// Body is not JSON: 400, -32700.
     #[error("Parse error: {0}")]

@@ -28,7 +28,7 @@ pub enum QuotaError {
         max: usize,
     },
     /// The client opens sessions faster than allowed.
-    #[error("this client opens sessions too fast (server.session_rate_per_client: {per_minute} per minute); retry in {}", humantime::format_duration(*retry_after))]
+    #[error("this client opens sessions too fast (server.session_rate_per_client: {per_minute} per minute); retry in {}", crate::telemetry::human(*retry_after))]
     Rate {
         /// `session_rate_per_client`.
         per_minute: u32,

@@ -30,3 +30,44 @@ pub fn init(format: LogFormat) {
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
     };
 }
+
+/// A duration as people write it, rounded to what matters: `1s` (not
+/// `999ms 995us 562ns`), `1.5s`, `250ms`, `2m 30s`.
+pub fn human(d: std::time::Duration) -> String {
+    let ms = d.as_secs_f64() * 1000.0;
+    if ms < 1.0 {
+        return format!("{}us", d.as_micros());
+    }
+    if ms < 999.5 {
+        return format!("{}ms", ms.round());
+    }
+    let tenths = (d.as_secs_f64() * 10.0).round() / 10.0;
+    if tenths < 60.0 {
+        let s = format!("{tenths:.1}");
+        return format!("{}s", s.strip_suffix(".0").unwrap_or(&s));
+    }
+    let whole = std::time::Duration::from_secs(d.as_secs_f64().round() as u64);
+    humantime::format_duration(whole).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::human;
+    use std::time::Duration;
+
+    #[test]
+    fn durations_read_as_people_write_them() {
+        for (d, want) in [
+            (Duration::from_nanos(999_995_562), "1s"),
+            (Duration::from_millis(1500), "1.5s"),
+            (Duration::from_millis(250), "250ms"),
+            (Duration::from_micros(999_400), "999ms"),
+            (Duration::from_micros(12), "12us"),
+            (Duration::from_secs(60), "1m"),
+            (Duration::from_millis(150_400), "2m 30s"),
+            (Duration::from_secs(30 * 60), "30m"),
+        ] {
+            assert_eq!(human(d), want, "{d:?}");
+        }
+    }
+}

@@ -59,7 +59,15 @@ pub(crate) enum State {
     Starting,
     /// Initialized: requests flow, tagged with this incarnation.
     Ready { gen: u64, info: Arc<InitInfo> },
-    /// The last attempt failed; a retry is scheduled. Requests fail at once.
+    /// A ready incarnation broke; the next one follows after the backoff. Requests
+    /// wait for it (up to the init timeout): a crash fails only the calls in flight.
+    Restarting {
+        reason: String,
+        /// When the next incarnation starts.
+        at: tokio::time::Instant,
+    },
+    /// The last attempt failed before it was ready (start-up, handshake); a retry is
+    /// scheduled. Requests fail at once with the reason.
     Failed { reason: String },
     /// Shut down for good.
     Closed,
@@ -167,32 +175,53 @@ impl Core {
         cancel: &CancellationToken,
     ) -> Result<(u64, Arc<InitInfo>), UpstreamError> {
         let mut rx = self.state.subscribe();
-        let wait = async {
-            loop {
-                let st = rx.borrow_and_update().clone();
-                match st {
-                    State::Ready { gen, info } => return Ok((gen, info)),
-                    State::Failed { reason } => return Err(self.unavailable(reason)),
-                    State::Closed => {
+        // Why the backend is restarting, for the error if it is not back in time.
+        let mut restarting: Option<String> = None;
+        let outcome = {
+            let wait = async {
+                loop {
+                    let st = rx.borrow_and_update().clone();
+                    match st {
+                        State::Ready { gen, info } => return Ok((gen, info)),
+                        State::Failed { reason } => return Err(self.unavailable(reason)),
+                        State::Closed => {
+                            return Err(UpstreamError::Closed {
+                                backend: self.name.clone(),
+                            })
+                        }
+                        State::Restarting { reason, at } => {
+                            // Not back within the init timeout anyway: say so now.
+                            let wait = at.saturating_duration_since(tokio::time::Instant::now());
+                            if wait >= self.init_timeout {
+                                return Err(self.unavailable(format!(
+                                    "restarting in {} ({reason})",
+                                    crate::telemetry::human(wait)
+                                )));
+                            }
+                            restarting = Some(reason);
+                        }
+                        State::Starting => {}
+                    }
+                    if rx.changed().await.is_err() {
                         return Err(UpstreamError::Closed {
                             backend: self.name.clone(),
-                        })
+                        });
                     }
-                    State::Starting => {}
                 }
-                if rx.changed().await.is_err() {
-                    return Err(UpstreamError::Closed {
-                        backend: self.name.clone(),
-                    });
-                }
+            };
+            tokio::select! {
+                r = wait => Some(r),
+                _ = tokio::time::sleep(self.init_timeout) => None,
+                _ = cancel.cancelled() => return Err(UpstreamError::Cancelled),
             }
         };
-        tokio::select! {
-            r = wait => r,
-            _ = tokio::time::sleep(self.init_timeout) => Err(self.unavailable(format!(
-                "not ready after {}", humantime::format_duration(self.init_timeout)))),
-            _ = cancel.cancelled() => Err(UpstreamError::Cancelled),
-        }
+        outcome.unwrap_or_else(|| {
+            let after = crate::telemetry::human(self.init_timeout);
+            Err(self.unavailable(match restarting {
+                Some(why) => format!("not ready after {after} (restarting: {why})"),
+                None => format!("not ready after {after}"),
+            }))
+        })
     }
 
     /// Sends a request for incarnation `gen` and waits for its response.

@@ -24,7 +24,7 @@ pub enum UpstreamError {
         reason: String,
     },
     /// No answer within the configured timeout; the request was cancelled upstream.
-    #[error("backend `{backend}` did not answer within {}", humantime::format_duration(*after))]
+    #[error("backend `{backend}` did not answer within {}", crate::telemetry::human(*after))]
     Timeout {
         /// Backend name.
         backend: String,

@@ -59,17 +59,29 @@ pub(super) async fn supervise<T: Transport>(
             while out_rx.try_recv().is_ok() {}
             continue;
         }
-        let _ = core.state.send_replace(State::Failed {
-            reason: reason.clone(),
+        // A backend that was serving and broke is restarted with calls waiting for
+        // it; one that could not even start fails calls at once (a crash loop must
+        // not hold every call for the init timeout).
+        if started.elapsed() >= STABLE_RUN {
+            backoff.reset();
+        }
+        let delay = backoff.step();
+        let was_ready = matches!(*core.state.borrow(), State::Ready { .. });
+        let _ = core.state.send_replace(if was_ready {
+            State::Restarting {
+                reason: reason.clone(),
+                at: Instant::now() + delay,
+            }
+        } else {
+            State::Failed {
+                reason: reason.clone(),
+            }
         });
         core.fail_pending(Some(gen), &reason);
         core.stats.restarts.fetch_add(1, Ordering::Relaxed);
         tracing::warn!(backend = %core.name, %reason, "{}", T::RESTARTING);
-        if started.elapsed() >= STABLE_RUN {
-            backoff.reset();
-        }
         tokio::select! {
-            _ = tokio::time::sleep(backoff.step()) => {}
+            _ = tokio::time::sleep(delay) => {}
             _ = shutdown.cancelled() => break,
         }
         // Messages queued for the dead incarnation are stale.
