@@ -60,3 +60,34 @@ async fn a_call_during_a_restart_waits_for_the_backend() {
         assert_ne!(pid_of(&c, 4).await, first, "a new process answers");
     }
 }
+
+/// A backend that dies at start-up explains itself to the client: the error names
+/// the exit status and carries the last lines of its stderr.
+#[tokio::test]
+async fn a_backend_failing_at_start_tells_the_client_why() {
+    let g = gantry()
+        .backend(stdio(
+            "broken",
+            "sh",
+            &[
+                "-c",
+                "echo 'loading config' >&2; echo 'FATAL: MY_API_KEY is not set' >&2; exit 2",
+            ],
+        ))
+        .start();
+    let c = g.client();
+    let r = c
+        .post(&json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
+            "protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}))
+        .await;
+    let resp = r.response(&json!(0)).unwrap_or_else(|| panic!("{}", r.raw));
+    let err = assert_rpc_error(resp, -32000, Some("broken"));
+    let msg = err["message"].as_str().unwrap();
+    assert!(msg.contains("exit status: 2"), "{err}");
+    assert!(msg.contains("FATAL: MY_API_KEY is not set"), "{err}");
+    assert_eq!(
+        err["data"]["stderr"],
+        json!(["loading config", "FATAL: MY_API_KEY is not set"]),
+        "{err}"
+    );
+}

@@ -239,7 +239,8 @@ pub(crate) async fn establish(
             );
             Response::ok(id, crate::jsonrpc::to_raw(&result))
         }
-        Err(e) => Response::err(Some(id), &RpcError::new(code::BACKEND_ERROR, e.to_string())),
+        // The backend's own failure, with its data (which backend, its stderr).
+        Err(crate::router::RouteError::NoBackend(e)) => Response::err(Some(id), &e.to_rpc()),
     }
 }
 

@@ -129,6 +129,9 @@ pub(crate) struct Core {
     /// Stateless-era HTTP backends: their tools' `Mcp-Param-*` declarations
     /// (`None`: not listed since the last `tools/list_changed`).
     pub(super) tool_headers: Mutex<Option<Arc<crate::mcp::param::ToolHeaders>>>,
+    /// Stdio: the last stderr lines of the latest incarnation that ended before it
+    /// was ready (empty once one was), for the error clients get.
+    pub(super) start_stderr: Mutex<Vec<String>>,
     /// The era of a handshake attempt that is not the last to try, while it is
     /// unanswered: a stdio backend that dies meanwhile died of it, and its
     /// supervisor restarts it at once for the other era, without a failure between.
@@ -166,6 +169,7 @@ impl Core {
         UpstreamError::Unavailable {
             backend: self.name.clone(),
             reason: reason.into(),
+            stderr: Vec::new(),
         }
     }
 
@@ -183,7 +187,13 @@ impl Core {
                     let st = rx.borrow_and_update().clone();
                     match st {
                         State::Ready { gen, info } => return Ok((gen, info)),
-                        State::Failed { reason } => return Err(self.unavailable(reason)),
+                        State::Failed { reason } => {
+                            let mut e = self.unavailable(reason);
+                            if let UpstreamError::Unavailable { stderr, .. } = &mut e {
+                                stderr.clone_from(&self.start_stderr.lock());
+                            }
+                            return Err(e);
+                        }
                         State::Closed => {
                             return Err(UpstreamError::Closed {
                                 backend: self.name.clone(),

@@ -8,12 +8,15 @@ use std::time::Duration;
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum UpstreamError {
     /// The backend could not be started or reached, or has not finished initializing.
-    #[error("backend `{backend}` is unavailable: {reason}")]
+    #[error("backend `{backend}` is unavailable: {reason}{}", stderr_ends(stderr))]
     Unavailable {
         /// Backend name.
         backend: String,
         /// What went wrong.
         reason: String,
+        /// A stdio backend that failed before it was ready: the last lines of its
+        /// stderr (bounded), where its own explanation usually is.
+        stderr: Vec<String>,
     },
     /// The backend exited or its connection broke while the request was in flight.
     #[error("backend `{backend}` failed while handling the request: {reason}")]
@@ -66,6 +69,16 @@ pub enum UpstreamError {
     },
 }
 
+/// `; its stderr ends: <last line>` when there is one.
+fn stderr_ends(stderr: &[String]) -> String {
+    stderr
+        .iter()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .map(|l| format!("; its stderr ends: {}", l.trim()))
+        .unwrap_or_default()
+}
+
 impl UpstreamError {
     /// Whose fault the failure is: the backend's, except for Gantry's own limits
     /// (busy, at capacity) and the client's cancellation.
@@ -99,9 +112,12 @@ impl UpstreamError {
             _ => code::SERVER_ERROR,
         };
         let err = RpcError::new(code, self.to_string());
-        match backend {
-            Some(b) => err.with_data(serde_json::json!({ "backend": b })),
-            None => err,
+        match (backend, self) {
+            (Some(b), Self::Unavailable { stderr, .. }) if !stderr.is_empty() => {
+                err.with_data(serde_json::json!({ "backend": b, "stderr": stderr }))
+            }
+            (Some(b), _) => err.with_data(serde_json::json!({ "backend": b })),
+            (None, _) => err,
         }
     }
 }

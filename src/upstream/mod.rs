@@ -95,6 +95,7 @@ impl Conn {
             listen_acked: watch::channel(0).0,
             tool_headers: Mutex::new(None),
             probing: Mutex::new(None),
+            start_stderr: Mutex::new(Vec::new()),
         });
         core.stats.track(&core);
         let shutdown = CancellationToken::new();

@@ -131,7 +131,8 @@ async fn run_once(
         stdout_closed.clone(),
     ));
     let name = core.name.clone();
-    let stderr_task = tokio::spawn(log_stderr(name, BufReader::new(stderr)));
+    let tail = Arc::new(parking_lot::Mutex::new(std::collections::VecDeque::new()));
+    let stderr_task = tokio::spawn(log_stderr(name, BufReader::new(stderr), tail.clone()));
     let init_failed = CancellationToken::new();
     let init = {
         let core = core.clone();
@@ -224,6 +225,14 @@ async fn run_once(
     }
     // The group may still hold grandchildren; the guard's drop kills them.
     drop(guard);
+    // Why a backend could not start is usually in its last stderr lines: keep them
+    // for the clients that will be told it is unavailable.
+    let was_ready = matches!(&*core.state.borrow(), State::Ready { gen: g, .. } if *g == gen);
+    *core.start_stderr.lock() = if was_ready || shutdown.is_cancelled() {
+        Vec::new()
+    } else {
+        tail.lock().iter().cloned().collect()
+    };
     reason
 }
 
@@ -583,14 +592,37 @@ async fn read_stdout<R: AsyncBufRead + Unpin>(
     noise.flush(&core.name);
 }
 
-async fn log_stderr<R: AsyncBufRead + Unpin>(name: String, mut r: R) {
+/// Lines of stderr kept for a start-up failure's error, and the length of each.
+const STDERR_TAIL_LINES: usize = 10;
+const STDERR_TAIL_LINE: usize = 400;
+
+async fn log_stderr<R: AsyncBufRead + Unpin>(
+    name: String,
+    mut r: R,
+    tail: Arc<parking_lot::Mutex<std::collections::VecDeque<String>>>,
+) {
     let mut buf = Vec::new();
     let mut noise = Noise::new("stderr lines", 200);
     while let Ok(Line::Data | Line::TooLong(_)) =
         read_line_bounded(&mut r, &mut buf, MAX_STDERR_LINE).await
     {
-        if !buf.is_empty() && noise.allow(&name) {
-            tracing::info!(backend = %name, "stderr: {}", String::from_utf8_lossy(&buf));
+        if buf.is_empty() {
+            continue;
+        }
+        let line = String::from_utf8_lossy(&buf);
+        {
+            let mut t = tail.lock();
+            if t.len() == STDERR_TAIL_LINES {
+                t.pop_front();
+            }
+            let mut kept: String = line.chars().take(STDERR_TAIL_LINE).collect();
+            if kept.len() < line.len() {
+                kept.push('…');
+            }
+            t.push_back(kept);
+        }
+        if noise.allow(&name) {
+            tracing::info!(backend = %name, "stderr: {line}");
         }
     }
     noise.flush(&name);

@@ -159,7 +159,8 @@ impl<C> Mrtr<C> {
         };
         // The expiry exactly as it was sealed (`u64::to_string`): no sign, no leading
         // zero, so no other spelling of the same number opens.
-        let canonical = |e: &str| e.bytes().all(|b| b.is_ascii_digit()) && (e == "0" || !e.starts_with('0'));
+        let canonical =
+            |e: &str| e.bytes().all(|b| b.is_ascii_digit()) && (e == "0" || !e.starts_with('0'));
         let (true, true, Ok(expires_ms), Ok(mac)) = (
             k == kind,
             canonical(exp),
