@@ -132,6 +132,7 @@ fn check_config(path: &Path) -> std::process::ExitCode {
 /// Runs `fut` on a multi-threaded runtime; an error is printed as `what: error`.
 fn block_on(
     what: &str,
+    logged: bool,
     fut: impl std::future::Future<Output = anyhow::Result<()>>,
 ) -> std::process::ExitCode {
     let rt = match tokio::runtime::Builder::new_multi_thread()
@@ -147,8 +148,13 @@ fn block_on(
     match rt.block_on(fut) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            tracing::error!("{e:#}");
-            eprintln!("{what}: {e:#}");
+            // Once: a log line when logging is set up (it goes to stderr too), else
+            // plain text.
+            if logged {
+                tracing::error!("{e:#}");
+            } else {
+                eprintln!("{what}: {e:#}");
+            }
             std::process::ExitCode::FAILURE
         }
     }
@@ -182,7 +188,7 @@ fn main() -> std::process::ExitCode {
             } else {
                 gantry_example::Eras::Both
             };
-            return block_on("example server", gantry_example::serve_stdio(eras));
+            return block_on("example server", false, gantry_example::serve_stdio(eras));
         }
         None => {}
     }
@@ -194,7 +200,7 @@ fn main() -> std::process::ExitCode {
         eprintln!("gantry: {e}");
         return std::process::ExitCode::FAILURE;
     }
-    block_on("gantry", run(cli))
+    block_on("gantry", true, run(cli))
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {

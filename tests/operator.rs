@@ -91,3 +91,137 @@ async fn a_backend_failing_at_start_tells_the_client_why() {
         "{err}"
     );
 }
+
+async fn readyz(g: &Gantry) -> (u16, serde_json::Value) {
+    let r = reqwest::get(format!("{}/readyz", g.base)).await.unwrap();
+    let code = r.status().as_u16();
+    (code, r.json().await.unwrap_or_default())
+}
+
+async fn until_ready(g: &Gantry, want: u16, within: Duration) -> serde_json::Value {
+    let end = Instant::now() + within;
+    loop {
+        let (code, body) = readyz(g).await;
+        if code == want {
+            return body;
+        }
+        assert!(Instant::now() < end, "/readyz never {want}: {code} {body}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// `/readyz` waits for a required backend that starts slowly, follows it when it
+/// crashes and comes back, and says why; `gantry_backend_up` and `/status` agree.
+#[tokio::test]
+async fn readiness_and_status_follow_a_required_backend_down_and_up() {
+    let script = fixture("misbehaving_server.py");
+    let g = gantry()
+        .backend(
+            stdio(
+                "mb",
+                "sh",
+                &["-c", &format!("sleep 1; exec python3 {}", script.display())],
+            )
+            .mode("shared")
+            .set("required = true")
+            .set("restart = { initial_backoff = \"2s\" }"),
+        )
+        .backend(example().named("optional").mode("per-session"))
+        .start();
+    let (code, body) = readyz(&g).await;
+    assert_eq!(code, 503, "ready before the required backend: {body}");
+    assert_eq!(body["status"], "waiting for required backends", "{body}");
+    assert_eq!(body["waiting"], json!(["mb"]));
+    let body = until_ready(&g, 200, Duration::from_secs(15)).await;
+    assert_eq!(body["backends"][0]["state"], "up", "{body}");
+    assert!(metric_until(&g, "gantry_backend_up{backend=\"mb\"}", |v| v == 1.0).await);
+
+    // The backend crashes: not ready while it restarts (2s backoff), then ready.
+    let mut c = g.client();
+    c.initialize().await;
+    let r = c.call_tool(json!(1), "mb__crash", json!({})).await;
+    assert_rpc_error(&r, -32000, Some("mb"));
+    let body = until_ready(&g, 503, Duration::from_secs(5)).await;
+    assert_eq!(body["backends"][0]["state"], "restarting", "{body}");
+    assert!(
+        body["backends"][0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("exited"),
+        "{body}"
+    );
+    assert!(metric_until(&g, "gantry_backend_up{backend=\"mb\"}", |v| v == 0.0).await);
+    until_ready(&g, 200, Duration::from_secs(15)).await;
+    assert!(metric_until(&g, "gantry_backend_up{backend=\"mb\"}", |v| v == 1.0).await);
+
+    let status: serde_json::Value = c
+        .http
+        .get(format!("{}/status", g.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let mb = &status["backends"][0];
+    assert_eq!(mb["name"], "mb", "{status}");
+    assert_eq!(mb["state"], "up", "{status}");
+    assert_eq!(mb["restarts"], 1, "{status}");
+    assert_eq!(mb["session_mode"], "shared", "{status}");
+    assert_eq!(status["backends"][1]["name"], "optional");
+}
+
+/// A required backend that cannot start stops Gantry with the reason, said once.
+#[tokio::test]
+async fn a_required_backend_that_cannot_start_stops_gantry() {
+    let mut g = gantry()
+        .backend(
+            stdio(
+                "broken",
+                "sh",
+                &["-c", "echo 'FATAL: no database' >&2; exit 3"],
+            )
+            .set("required = true"),
+        )
+        .start();
+    let end = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Ok(Some(s)) = g.child.try_wait() {
+            break s;
+        }
+        assert!(
+            Instant::now() < end,
+            "gantry kept running without its required backend"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(status.code(), Some(1));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let log = g.log_text();
+    let said = log
+        .matches("required backend `broken` could not start")
+        .count();
+    assert_eq!(said, 1, "{log}");
+    assert!(log.contains("FATAL: no database"), "{log}");
+}
+
+/// `/status` is behind the same credentials as the MCP endpoint.
+#[tokio::test]
+async fn status_needs_credentials_when_keys_are_configured() {
+    let g = gantry()
+        .api_key("ops", "ops-key")
+        .backend(example())
+        .start();
+    let http = reqwest::Client::new();
+    let anon = http.get(format!("{}/status", g.base)).send().await.unwrap();
+    assert_eq!(anon.status(), 401);
+    let ok = http
+        .get(format!("{}/status", g.base))
+        .bearer_auth("ops-key")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ok.status(), 200);
+    let body: serde_json::Value = ok.json().await.unwrap();
+    assert_eq!(body["backends"][0]["name"], "example", "{body}");
+}

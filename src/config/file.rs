@@ -209,6 +209,10 @@ pub struct BackendConfig {
     /// Connection limits and the warm pool.
     #[serde(default)]
     pub pool: PoolConfig,
+    /// Gantry is not ready (`/readyz` 503) while this backend is down, and exits if
+    /// it cannot be started and initialized at start-up. Default false.
+    #[serde(default)]
+    pub required: bool,
 }
 
 /// Limits on a backend's connections, and warm connections kept ready.
@@ -263,7 +267,7 @@ pub(super) fn default_max_message_bytes() -> usize {
 }
 
 /// How client sessions map onto backend connections.
-#[derive(Debug, Deserialize, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Deserialize, serde::Serialize, Clone, Copy, PartialEq, Eq, Default)]
 #[serde(rename_all = "kebab-case")]
 pub enum SessionMode {
     /// One backend connection (process / HTTP session) per client session.

@@ -45,8 +45,15 @@ impl ConfigFile {
                 self.server.path
             ));
         }
-        if ["/healthz", "/readyz", "/metrics", "/sse", "/messages"]
-            .contains(&self.server.path.as_str())
+        if [
+            "/healthz",
+            "/readyz",
+            "/metrics",
+            "/status",
+            "/sse",
+            "/messages",
+        ]
+        .contains(&self.server.path.as_str())
         {
             problems.push(format!(
                 "server.path: `{}` is already used by Gantry; choose another, like /mcp",
@@ -354,5 +361,6 @@ fn backend_defaults(name: &str) -> BackendConfig {
         client_capabilities: empty_table(),
         restart: RestartConfig::default(),
         pool: PoolConfig::default(),
+        required: false,
     }
 }

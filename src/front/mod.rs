@@ -128,7 +128,9 @@ impl App {
 /// The axum router for the whole HTTP surface.
 pub fn routes(app: Arc<App>) -> axum::Router {
     // Every route here needs a principal; only the probes below are public.
-    let mut protected = axum::Router::new().route(&app.cfg.server.path, any(mcp));
+    let mut protected = axum::Router::new()
+        .route(&app.cfg.server.path, any(mcp))
+        .route("/status", get(status));
     if app.cfg.server.legacy_sse {
         protected = protected
             .route("/sse", get(legacy::open))
@@ -166,6 +168,9 @@ async fn metrics(State(app): State<Arc<App>>) -> HttpResponse {
     m.calls_awaiting_input
         .set(i64::try_from(app.mrtr.len()).unwrap_or(i64::MAX));
     for (name, stats) in app.router.backend_stats() {
+        m.backend_up
+            .with_label_values(&[name])
+            .set(i64::from(stats.state().is_up()));
         let (conns, pending) = stats.load();
         m.backend_connections
             .with_label_values(&[name])
@@ -190,12 +195,92 @@ async fn metrics(State(app): State<Arc<App>>) -> HttpResponse {
         .into_response()
 }
 
+/// `/readyz`: 200 once every `required` backend is up (and while it stays up), 503
+/// before, while one is down, and while shutting down; the body says why.
 async fn ready(State(app): State<Arc<App>>) -> HttpResponse {
-    if app.stopping.is_cancelled() {
-        (StatusCode::SERVICE_UNAVAILABLE, "stopping").into_response()
+    let backends = app.router.backend_states();
+    let waiting: Vec<&str> = backends
+        .iter()
+        .filter(|(_, required, state)| *required && !state.is_up())
+        .map(|(name, _, _)| *name)
+        .collect();
+    let status = if app.stopping.is_cancelled() {
+        "stopping"
+    } else if !waiting.is_empty() {
+        "waiting for required backends"
     } else {
-        "ready".into_response()
-    }
+        "ready"
+    };
+    let code = if status == "ready" {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    let list: Vec<serde_json::Value> = backends
+        .iter()
+        .map(|(name, required, state)| {
+            let mut b = serde_json::json!({ "name": name, "required": required });
+            if let (Some(obj), Ok(serde_json::Value::Object(st))) =
+                (b.as_object_mut(), serde_json::to_value(state))
+            {
+                obj.extend(st);
+            }
+            b
+        })
+        .collect();
+    (
+        code,
+        axum::Json(serde_json::json!({
+            "status": status,
+            "waiting": waiting,
+            "backends": list,
+        })),
+    )
+        .into_response()
+}
+
+/// `/status`: what an operator needs about each backend (behind the same checks
+/// as the MCP endpoint: its errors may say more than the public probes should).
+async fn status(State(app): State<Arc<App>>) -> HttpResponse {
+    let states = app.router.backend_states();
+    let backends: Vec<serde_json::Value> = app
+        .router
+        .backend_stats()
+        .into_iter()
+        .zip(states)
+        .zip(app.cfg.backends.iter())
+        .map(|(((name, stats), (_, required, state)), cfg)| {
+            let (connections, pending) = stats.load();
+            let era = |e: crate::mcp::Era| stats.eras.get(e);
+            let mut b = serde_json::json!({
+                "name": name,
+                "required": required,
+                "transport": if cfg.stdio.is_some() { "stdio" } else { "http" },
+                "session_mode": cfg.session_mode,
+                "connections": connections,
+                "pending_requests": pending,
+                "restarts": BackendStats::get(&stats.restarts),
+                "speaks": {
+                    "session": era(crate::mcp::Era::Session),
+                    "stateless": era(crate::mcp::Era::Stateless),
+                },
+            });
+            if let (Some(obj), Ok(serde_json::Value::Object(st))) =
+                (b.as_object_mut(), serde_json::to_value(&state))
+            {
+                obj.extend(st);
+            }
+            b
+        })
+        .collect();
+    axum::Json(serde_json::json!({
+        "version": env!("CARGO_PKG_VERSION"),
+        "stopping": app.stopping.is_cancelled(),
+        "sessions": app.sessions.len(),
+        "calls_in_flight": app.calls_in_flight(),
+        "backends": backends,
+    }))
+    .into_response()
 }
 
 /// Serves until `stop` is cancelled, then drains: in-flight calls get up to
@@ -230,6 +315,24 @@ pub async fn serve(
     let pools = {
         let (app, stop) = (app.clone(), stop.clone());
         tokio::spawn(async move { app.router.maintain_pools(stop).await })
+    };
+    // Required backends are started now; one that cannot start stops Gantry.
+    let fatal = Arc::new(parking_lot::Mutex::new(None::<String>));
+    let required = {
+        let (app, stop, fatal) = (app.clone(), stop.clone(), fatal.clone());
+        tokio::spawn(async move {
+            if !app.cfg.backends.iter().any(|b| b.required) {
+                return;
+            }
+            match app.router.start_required().await {
+                Ok(()) => tracing::info!("required backends are up"),
+                Err((name, e)) => {
+                    // Reported once, by whoever runs the server, as the reason it stopped.
+                    *fatal.lock() = Some(format!("required backend `{name}` could not start: {e}"));
+                    stop.cancel();
+                }
+            }
+        })
     };
     let drained = CancellationToken::new();
     let drain = {
@@ -275,6 +378,11 @@ pub async fn serve(
     // request, an unread stream) is closed a moment later, whatever it does.
     conns.close(Duration::from_secs(1)).await;
     let _ = pools.await;
+    required.abort();
     app.router.shutdown().await;
-    Ok(())
+    let fatal = fatal.lock().take();
+    match fatal {
+        Some(why) => Err(std::io::Error::other(why)),
+        None => Ok(()),
+    }
 }

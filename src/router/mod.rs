@@ -41,6 +41,7 @@ use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
 
 /// Why a session could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -112,6 +113,49 @@ impl Router {
             conns.extend(s.users.lock().await.drain().map(|(_, (c, _))| c));
         }
         futures::future::join_all(conns.iter().map(|c| c.shutdown())).await;
+    }
+
+    /// Starts every `required` backend and waits until it is initialized (each within
+    /// its `init_timeout`). A shared backend keeps the connection (it starts eagerly);
+    /// for the other modes it was a check and is stopped. Returns the first backend
+    /// that could not start, with why.
+    pub async fn start_required(&self) -> Result<(), (String, UpstreamError)> {
+        let cancel = CancellationToken::new();
+        let checks = self.slots.iter().filter(|s| s.cfg.required).map(|slot| {
+            let cancel = cancel.clone();
+            async move {
+                let name = slot.cfg.name.clone();
+                let r = if slot.cfg.session_mode == crate::config::SessionMode::Shared {
+                    match slot.shared_conn(Era::Session, &cancel).await {
+                        Ok((conn, _)) => conn.ready(&cancel).await.map(|_| ()),
+                        Err(e) => Err(e),
+                    }
+                } else {
+                    match slot.start(Era::Session, slot.shared_init(), None) {
+                        Ok(conn) => {
+                            let r = conn.ready(&cancel).await.map(|_| ());
+                            conn.shutdown().await;
+                            r
+                        }
+                        Err(e) => Err(e),
+                    }
+                };
+                r.map_err(|e| (name, e))
+            }
+        });
+        futures::future::join_all(checks)
+            .await
+            .into_iter()
+            .collect::<Result<Vec<()>, _>>()
+            .map(|_| ())
+    }
+
+    /// Each backend's name, whether it is required, and its state.
+    pub fn backend_states(&self) -> Vec<(&str, bool, crate::upstream::BackendState)> {
+        self.slots
+            .iter()
+            .map(|s| (s.cfg.name.as_str(), s.cfg.required, s.stats.state()))
+            .collect()
     }
 
     /// Each backend's name and counters, in configuration order.

@@ -82,6 +82,8 @@ pub struct Metrics {
     pub calls_awaiting_input: IntGauge,
     /// Live backend connections, by backend.
     pub backend_connections: IntGaugeVec,
+    /// 1 while the backend serves (a connection is ready, or the last one was).
+    pub backend_up: IntGaugeVec,
     /// Requests waiting for a backend, by backend.
     pub backend_pending: IntGaugeVec,
     /// Backend restarts, by backend.
@@ -137,6 +139,13 @@ impl Metrics {
             ),
             &["backend"],
         )?;
+        let backend_up = IntGaugeVec::new(
+            Opts::new(
+                "backend_up",
+                "1 while the backend serves: a connection is ready, or the last one to run was and none is failing",
+            ),
+            &["backend"],
+        )?;
         let backend_pending = IntGaugeVec::new(
             Opts::new(
                 "backend_pending_requests",
@@ -185,6 +194,7 @@ impl Metrics {
         registry.register(Box::new(calls_in_flight.clone()))?;
         registry.register(Box::new(calls_awaiting_input.clone()))?;
         registry.register(Box::new(backend_connections.clone()))?;
+        registry.register(Box::new(backend_up.clone()))?;
         registry.register(Box::new(backend_pending.clone()))?;
         registry.register(Box::new(backend_restarts.clone()))?;
         registry.register(Box::new(backend_unattributed.clone()))?;
@@ -197,6 +207,7 @@ impl Metrics {
             calls_in_flight,
             calls_awaiting_input,
             backend_connections,
+            backend_up,
             backend_pending,
             backend_restarts,
             backend_unattributed,

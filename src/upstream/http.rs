@@ -519,6 +519,7 @@ impl Transport for Http {
                             tracing::info!(backend = %core.name, version = %info.protocol_version, era = %info.era, callers = %core.want, "backend initialized");
                             let stateless = info.is_stateless();
                             let _ = core.state.send_replace(State::Ready { gen, info });
+                    core.stats.mark_ready();
                             if !stateless {
                                 listener = Some(tokio::spawn(session.clone().listen()));
                             }

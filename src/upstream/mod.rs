@@ -27,7 +27,7 @@ mod supervise;
 
 pub use self::conn::Conn;
 pub use self::error::UpstreamError;
-pub use self::stats::{BackendStats, EraSupport};
+pub use self::stats::{BackendState, BackendStats, EraSupport};
 
 use self::core::{Core, State, OUTGOING_QUEUE};
 use self::listen::keep_listening;

@@ -22,6 +22,37 @@ pub struct BackendStats {
     /// Which eras the backend was found to speak (`era = "auto"`), so that later
     /// connections go straight to the right handshake.
     pub eras: EraSupport,
+    /// The last time a connection became ready, and the last failure.
+    health: Mutex<Health>,
+}
+
+#[derive(Default)]
+struct Health {
+    ready_at: Option<tokio::time::Instant>,
+    failed: Option<(tokio::time::Instant, String)>,
+}
+
+/// What an operator needs to know about a backend right now.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase", tag = "state", content = "reason")]
+pub enum BackendState {
+    /// A connection is ready, or the last one to try was (and none is failing).
+    Up,
+    /// Connections are starting, none has been ready yet.
+    Starting,
+    /// A ready connection broke and is being restarted.
+    Restarting(String),
+    /// The last attempt failed (start-up, handshake, or a connection broke for good).
+    Down(String),
+    /// Never started (per-session and per-user backends start with their sessions).
+    Idle,
+}
+
+impl BackendState {
+    /// Whether it serves calls now (or would: the last connection was fine).
+    pub fn is_up(&self) -> bool {
+        matches!(self, Self::Up)
+    }
 }
 
 /// What Gantry has learnt about the eras one backend speaks: for each, unknown,
@@ -100,6 +131,57 @@ impl BackendStats {
             .filter(|c| !c.is_closed())
             .collect();
         (live.len(), live.iter().map(|c| c.pending_len()).sum())
+    }
+
+    pub(super) fn mark_ready(&self) {
+        self.health.lock().ready_at = Some(tokio::time::Instant::now());
+    }
+
+    pub(super) fn mark_failed(&self, reason: &str) {
+        self.health.lock().failed = Some((tokio::time::Instant::now(), reason.to_owned()));
+    }
+
+    /// The backend's state, from its live connections and, when it has none, from
+    /// how the last one fared.
+    pub fn state(&self) -> BackendState {
+        use super::core::State;
+        let live: Vec<Arc<Core>> = {
+            let mut v = self.conns.lock();
+            v.retain(|w| w.strong_count() > 0);
+            v.iter().filter_map(Weak::upgrade).collect()
+        };
+        let states: Vec<State> = live.iter().map(|c| c.state.borrow().clone()).collect();
+        if states.iter().any(|s| matches!(s, State::Ready { .. })) {
+            return BackendState::Up;
+        }
+        if let Some(State::Restarting { reason, .. }) = states
+            .iter()
+            .find(|s| matches!(s, State::Restarting { .. }))
+        {
+            return BackendState::Restarting(reason.clone());
+        }
+        let h = self.health.lock();
+        let failed_last = match (&h.failed, h.ready_at) {
+            (Some((at, why)), Some(ok)) if *at >= ok => Some(why.clone()),
+            (Some((_, why)), None) => Some(why.clone()),
+            _ => None,
+        };
+        if let Some(State::Failed { reason }) =
+            states.iter().find(|s| matches!(s, State::Failed { .. }))
+        {
+            return BackendState::Down(reason.clone());
+        }
+        if states.iter().any(|s| matches!(s, State::Starting)) {
+            return match failed_last {
+                Some(why) => BackendState::Restarting(why),
+                None => BackendState::Starting,
+            };
+        }
+        match (failed_last, h.ready_at) {
+            (Some(why), _) => BackendState::Down(why),
+            (None, Some(_)) => BackendState::Up,
+            (None, None) => BackendState::Idle,
+        }
     }
 
     /// A counter's value.

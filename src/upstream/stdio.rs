@@ -155,6 +155,7 @@ async fn run_once(
                     }
                     tracing::info!(backend = %core.name, version = %info.protocol_version, era = %info.era, callers = %core.want, "backend initialized");
                     let _ = core.state.send_replace(State::Ready { gen, info });
+                    core.stats.mark_ready();
                 }
                 Err(e) => {
                     tracing::warn!(backend = %core.name, error = %e, "backend initialization failed");

@@ -66,6 +66,7 @@ pub(super) async fn supervise<T: Transport>(
             backoff.reset();
         }
         let delay = backoff.step();
+        core.stats.mark_failed(&reason);
         let was_ready = matches!(*core.state.borrow(), State::Ready { .. });
         let _ = core.state.send_replace(if was_ready {
             State::Restarting {
