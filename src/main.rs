@@ -109,6 +109,13 @@ fn build_config(cli: &Cli) -> anyhow::Result<Config> {
 fn check_config(path: &Path) -> std::process::ExitCode {
     match Config::load(path) {
         Ok(cfg) => {
+            let findings = config::preflight::check(&cfg, &|k| std::env::var(k).ok());
+            if !findings.is_empty() {
+                for f in &findings {
+                    eprintln!("{}: {f}", path.display());
+                }
+                return std::process::ExitCode::FAILURE;
+            }
             println!(
                 "{}: ok ({} backend{}: {})",
                 path.display(),
@@ -214,6 +221,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     let path = cfg.server.path.clone();
     if !addr.ip().is_loopback() && cfg.auth.api_keys.is_empty() {
         tracing::warn!(%addr, "listening beyond loopback without authentication: every caller is the anonymous principal");
+    }
+    for f in config::preflight::check(&cfg, &|k| std::env::var(k).ok()) {
+        tracing::warn!("{f}");
     }
     let backends: Vec<String> = cfg.backends.iter().map(|b| b.name.clone()).collect();
     tracing::info!(backends = ?backends, "listening on http://{addr}{path}");

@@ -225,3 +225,41 @@ async fn status_needs_credentials_when_keys_are_configured() {
     let body: serde_json::Value = ok.json().await.unwrap();
     assert_eq!(body["backends"][0]["name"], "example", "{body}");
 }
+
+/// A command that is not there, and a `${VAR}` in `args` (never expanded), are
+/// reported by `check-config` (exit 1) and warned about at start-up.
+#[tokio::test]
+async fn missing_commands_and_unexpanded_args_are_reported() {
+    let dir = Scratch::new("preflight");
+    let file = dir.file("gantry.toml");
+    std::fs::write(
+        &file,
+        "[[backends]]\nname = \"files\"\nstdio = { command = \"no-such-cmd-xyz\", args = [\"--root\", \"${HOME}/data\"] }\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(gantry_bin())
+        .arg("check-config")
+        .arg(&file)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("backends[0] (`files`).stdio.command: `no-such-cmd-xyz` is not found in the child's PATH"),
+        "{err}"
+    );
+    assert!(
+        err.contains("backends[0] (`files`).stdio.args[1]: `${HOME}/data` is passed as written"),
+        "{err}"
+    );
+
+    let g = gantry()
+        .backend(stdio("files", "no-such-cmd-xyz", &[]))
+        .start();
+    assert!(
+        g.log_text()
+            .contains("`no-such-cmd-xyz` is not found in the child's PATH"),
+        "{}",
+        g.log_text()
+    );
+}

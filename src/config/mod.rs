@@ -37,6 +37,7 @@ pub enum ConfigError {
 }
 
 mod file;
+pub mod preflight;
 mod validate;
 
 pub use file::*;
