@@ -17,25 +17,106 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 ///
 /// With no backend options, serves the built-in example server as a demo.
 #[derive(Parser, Debug)]
-#[command(name = "gantry", version, about)]
+#[command(
+    name = "gantry",
+    version,
+    about,
+    after_help = "Examples:
+  gantry                                      the built-in demo server at http://127.0.0.1:8080/mcp
+  gantry --stdio 'npx -y @modelcontextprotocol/server-everything'
+  gantry --stdio files='npx -y @modelcontextprotocol/server-filesystem /srv' \\
+         --stdio gh='npx -y @modelcontextprotocol/server-github' --env-pass GITHUB_TOKEN \\
+         --session-mode shared
+  gantry --http docs=https://mcp.example.com/mcp --listen 0.0.0.0:8080
+  gantry --config gantry.toml                 everything else: see config/gantry.example.toml
+
+--env, --env-pass and --session-mode apply to the --stdio or --http given just before them."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
     /// Full configuration file (TOML); see config/gantry.example.toml.
     #[arg(long, short, value_name = "FILE")]
     config: Option<PathBuf>,
-    /// Expose a local stdio MCP server: the command line to run (repeatable).
-    #[arg(long, value_name = "COMMAND LINE")]
+    /// Expose a local stdio MCP server: `[NAME=]COMMAND LINE` (repeatable).
+    #[arg(long, value_name = "[NAME=]COMMAND LINE")]
     stdio: Vec<String>,
-    /// Expose a Streamable HTTP MCP server by URL (repeatable).
-    #[arg(long, value_name = "URL")]
+    /// Expose a Streamable HTTP MCP server: `[NAME=]URL` (repeatable).
+    #[arg(long, value_name = "[NAME=]URL")]
     http: Vec<String>,
+    /// Set a variable for the --stdio backend given before it (repeatable).
+    #[arg(long, value_name = "KEY=VALUE")]
+    env: Vec<String>,
+    /// Pass this variable from Gantry's environment to the --stdio backend given
+    /// before it (repeatable; by default only PATH, HOME, LANG and a few more are).
+    #[arg(long, value_name = "VAR")]
+    env_pass: Vec<String>,
+    /// Session mode of the backend given before it: per-session (default), shared
+    /// or per-user.
+    #[arg(long, value_name = "MODE")]
+    session_mode: Vec<String>,
     /// Address to listen on (overrides the config file); port 0 picks a free port.
     #[arg(long, value_name = "ADDR:PORT")]
     listen: Option<String>,
     /// Log line format.
     #[arg(long, value_enum, default_value = "text")]
     log_format: LogFormat,
+    /// Where each option sat on the command line (to tie --env to its backend).
+    #[arg(skip)]
+    order: Vec<(usize, Opt)>,
+}
+
+/// Makes an [`Opt`] from the option's index among its kind.
+type MakeOpt = fn(usize) -> Opt;
+
+/// A backend option, for ordering.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Opt {
+    Stdio(usize),
+    Http(usize),
+    Env(usize),
+    EnvPass(usize),
+    SessionMode(usize),
+}
+
+impl Cli {
+    /// Parses the command line, remembering the order of the backend options.
+    fn parse_ordered() -> Self {
+        use clap::{CommandFactory, FromArgMatches};
+        let matches = Self::command().get_matches();
+        let mut cli = match Self::from_arg_matches(&matches) {
+            Ok(c) => c,
+            Err(e) => e.exit(),
+        };
+        let kinds: [(&str, MakeOpt); 5] = [
+            ("stdio", Opt::Stdio),
+            ("http", Opt::Http),
+            ("env", Opt::Env),
+            ("env_pass", Opt::EnvPass),
+            ("session_mode", Opt::SessionMode),
+        ];
+        for (id, make) in kinds {
+            if let Some(indices) = matches.indices_of(id) {
+                cli.order
+                    .extend(indices.enumerate().map(|(n, at)| (at, make(n))));
+            }
+        }
+        cli.order.sort_by_key(|(at, _)| *at);
+        cli
+    }
+}
+
+/// `NAME=rest` when the part before `=` is a backend name (and not part of a URL or a
+/// command): the name and the rest.
+fn named(value: &str) -> Option<(&str, &str)> {
+    let (name, rest) = value.split_once('=')?;
+    let ok = !name.is_empty()
+        && name.len() <= 32
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        && !rest.trim().is_empty();
+    ok.then_some((name, rest))
 }
 
 #[derive(Subcommand, Debug)]
@@ -65,6 +146,36 @@ fn demo_backend() -> anyhow::Result<config::BackendConfig> {
         .map_err(anyhow::Error::msg)
 }
 
+/// Applies `--env`, `--env-pass` or `--session-mode` to a backend.
+fn apply(b: &mut config::BackendConfig, opt: Opt, flag: &str, value: &str) -> anyhow::Result<()> {
+    match opt {
+        Opt::SessionMode(_) => {
+            b.session_mode = match value {
+                "per-session" => config::SessionMode::PerSession,
+                "shared" => config::SessionMode::Shared,
+                "per-user" => config::SessionMode::PerUser,
+                _ => anyhow::bail!("{flag} {value}: expected per-session, shared or per-user"),
+            };
+        }
+        Opt::Env(_) | Opt::EnvPass(_) => {
+            let Some(s) = b.stdio.as_mut() else {
+                anyhow::bail!("{flag} {value}: only a --stdio backend has an environment");
+            };
+            if matches!(opt, Opt::Env(_)) {
+                let (k, v) = value
+                    .split_once('=')
+                    .filter(|(k, _)| !k.is_empty())
+                    .ok_or_else(|| anyhow::anyhow!("{flag} {value}: expected KEY=VALUE"))?;
+                s.env.insert(k.to_owned(), v.to_owned());
+            } else if !s.inherit_env.iter().any(|k| k == value) {
+                s.inherit_env.push(value.to_owned());
+            }
+        }
+        Opt::Stdio(_) | Opt::Http(_) => {}
+    }
+    Ok(())
+}
+
 fn build_config(cli: &Cli) -> anyhow::Result<Config> {
     let mut file = match &cli.config {
         Some(p) => {
@@ -76,22 +187,54 @@ fn build_config(cli: &Cli) -> anyhow::Result<Config> {
         None => ConfigFile::default(),
     };
     let many = cli.stdio.len() + cli.http.len() > 1;
-    for (i, line) in cli.stdio.iter().enumerate() {
-        let name = if many {
-            format!("stdio{}", i + 1)
-        } else {
-            "stdio".into()
-        };
-        file.backends
-            .push(config::stdio_backend(&name, line).map_err(anyhow::Error::msg)?);
-    }
-    for (i, url) in cli.http.iter().enumerate() {
-        let name = if many {
-            format!("http{}", i + 1)
-        } else {
-            "http".into()
-        };
-        file.backends.push(config::http_backend(&name, url));
+    let first_cli_backend = file.backends.len();
+    // The backend the options after it apply to.
+    let mut last: Option<usize> = None;
+    let mut counts = (0, 0);
+    for (_, opt) in &cli.order {
+        match *opt {
+            Opt::Stdio(i) => {
+                let line = cli.stdio.get(i).map(String::as_str).unwrap_or_default();
+                counts.0 += 1;
+                let (name, line) = match named(line) {
+                    Some((n, l)) => (n.to_owned(), l),
+                    None if many => (format!("stdio{}", counts.0), line),
+                    None => ("stdio".to_owned(), line),
+                };
+                let b = config::stdio_backend(&name, line)
+                    .map_err(|e| anyhow::anyhow!("--stdio {line}: {e}"))?;
+                file.backends.push(b);
+                last = Some(file.backends.len() - 1);
+            }
+            Opt::Http(i) => {
+                let value = cli.http.get(i).map(String::as_str).unwrap_or_default();
+                counts.1 += 1;
+                let (name, url) = match named(value) {
+                    Some((n, u)) if !n.contains(':') => (n.to_owned(), u),
+                    _ if many => (format!("http{}", counts.1), value),
+                    _ => ("http".to_owned(), value),
+                };
+                file.backends.push(config::http_backend(&name, url));
+                last = Some(file.backends.len() - 1);
+            }
+            Opt::Env(i) | Opt::EnvPass(i) | Opt::SessionMode(i) => {
+                let (flag, value) = match *opt {
+                    Opt::Env(_) => ("--env", cli.env.get(i)),
+                    Opt::EnvPass(_) => ("--env-pass", cli.env_pass.get(i)),
+                    _ => ("--session-mode", cli.session_mode.get(i)),
+                };
+                let value = value.map(String::as_str).unwrap_or_default();
+                let b = last
+                    .and_then(|l| file.backends.get_mut(l))
+                    .filter(|_| last >= Some(first_cli_backend))
+                    .ok_or_else(|| {
+                        anyhow::anyhow!(
+                            "{flag} {value}: give it after the --stdio or --http it is for"
+                        )
+                    })?;
+                apply(b, *opt, flag, value)?;
+            }
+        }
     }
     if file.backends.is_empty() && cli.config.is_none() {
         file.backends.push(demo_backend()?);
@@ -186,7 +329,7 @@ async fn shutdown_signal(stop: CancellationToken) {
 }
 
 fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::parse_ordered();
     match &cli.command {
         Some(Command::CheckConfig { file }) => return check_config(file),
         Some(Command::ExampleServer { session_era_only }) => {

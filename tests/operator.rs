@@ -263,3 +263,126 @@ async fn missing_commands_and_unexpanded_args_are_reported() {
         g.log_text()
     );
 }
+
+fn fixture_line() -> String {
+    format!("python3 {}", fixture("misbehaving_server.py").display())
+}
+
+async fn tool_names(c: &Client) -> Vec<String> {
+    let r = c.request(json!(90), "tools/list", json!({})).await;
+    let list = r.response(&json!(90)).unwrap().clone();
+    list["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// `--stdio NAME=CMD`, `--http NAME=URL`, `--env`, `--env-pass` and `--session-mode`
+/// configure the backend given before them.
+#[tokio::test]
+async fn the_command_line_names_and_configures_each_backend() {
+    let dir = Scratch::new("cli");
+    let (set, passed) = (dir.file("set.pid"), dir.file("passed.pid"));
+    let a = format!("files={}", fixture_line());
+    let b = format!("notes={}", fixture_line());
+    let http = HttpServer::example_with_env(&[]);
+    let h = format!("docs={}", http.url);
+    let set_env = format!("MB_PIDFILE={}", set.display());
+    let g = Gantry::start_env(
+        &[
+            "--stdio",
+            &a,
+            "--env",
+            &set_env,
+            "--session-mode",
+            "shared",
+            "--stdio",
+            &b,
+            "--env-pass",
+            "MB_PIDFILE",
+            "--http",
+            &h,
+        ],
+        &[("MB_PIDFILE", passed.to_str().unwrap())],
+    );
+    let mut c = g.client();
+    c.initialize().await;
+    let names = tool_names(&c).await;
+    for want in ["files__pid", "notes__pid", "docs__echo"] {
+        assert!(
+            names.iter().any(|n| n == want),
+            "{want} missing from {names:?}"
+        );
+    }
+    // --env reached `files`, --env-pass reached `notes`: each wrote its pid file.
+    let files_pid = pid_of_tool(&c, "files__pid").await;
+    let notes_pid = pid_of_tool(&c, "notes__pid").await;
+    let end = Instant::now() + Duration::from_secs(5);
+    while !(set.exists() && passed.exists()) {
+        assert!(
+            Instant::now() < end,
+            "pid files: {} {}",
+            set.exists(),
+            passed.exists()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        std::fs::read_to_string(&set).unwrap().trim(),
+        files_pid.to_string()
+    );
+    assert_eq!(
+        std::fs::read_to_string(&passed).unwrap().trim(),
+        notes_pid.to_string()
+    );
+    // --session-mode shared: a second session meets the same `files` process, and
+    // its own `notes` one.
+    let mut c2 = g.client();
+    c2.initialize().await;
+    assert_eq!(pid_of_tool(&c2, "files__pid").await, files_pid);
+    assert_ne!(pid_of_tool(&c2, "notes__pid").await, notes_pid);
+}
+
+async fn pid_of_tool(c: &Client, tool: &str) -> u32 {
+    let r = c.call_tool(json!(tool), tool, json!({})).await;
+    r["result"]["content"][0]["text"]
+        .as_str()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("{tool}: {r}"))
+}
+
+/// Misplaced or malformed backend options are refused with a message saying what
+/// to write, once.
+#[test]
+fn misplaced_backend_options_are_refused_precisely() {
+    let cases: [(&[&str], &str); 4] = [
+        (
+            &["--env", "A=1", "--stdio", "cat"],
+            "--env A=1: give it after the --stdio or --http it is for",
+        ),
+        (
+            &["--stdio", "cat", "--session-mode", "sometimes"],
+            "--session-mode sometimes: expected per-session, shared or per-user",
+        ),
+        (
+            &["--http", "http://127.0.0.1:1/mcp", "--env", "A=1"],
+            "--env A=1: only a --stdio backend has an environment",
+        ),
+        (
+            &["--stdio", "cat", "--env", "novalue"],
+            "--env novalue: expected KEY=VALUE",
+        ),
+    ];
+    for (args, want) in cases {
+        let out = std::process::Command::new(gantry_bin())
+            .args(["--listen", "127.0.0.1:0"])
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert_eq!(err.matches(want).count(), 1, "{args:?}: {err}");
+    }
+}

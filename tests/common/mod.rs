@@ -81,6 +81,11 @@ impl Gantry {
         Self::spawn(args, None)
     }
 
+    /// [`Gantry::start`] with these variables added to Gantry's environment.
+    pub(crate) fn start_env(args: &[&str], env: &[(&str, &str)]) -> Self {
+        Self::spawn_env(args, None, env)
+    }
+
     /// Starts gantry in front of the example server over stdio.
     pub(crate) fn example_stdio() -> Self {
         let bin = example_bin();
