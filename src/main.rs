@@ -181,8 +181,8 @@ fn build_config(cli: &Cli) -> anyhow::Result<Config> {
         Some(p) => {
             let text = std::fs::read_to_string(p)
                 .with_context(|| format!("cannot read {}", p.display()))?;
-            toml::from_str::<ConfigFile>(&text)
-                .map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?
+            config::parse_all(&text)
+                .map_err(|e| anyhow::anyhow!("{}: {}", p.display(), e.join("\n")))?
         }
         None => ConfigFile::default(),
     };

@@ -386,3 +386,38 @@ fn misplaced_backend_options_are_refused_precisely() {
         assert_eq!(err.matches(want).count(), 1, "{args:?}: {err}");
     }
 }
+
+/// `check-config` reports every typo of a file in one run, with the key probably
+/// meant and what a duration looks like; and so does starting Gantry with it.
+#[test]
+fn every_typo_is_reported_in_one_run() {
+    let dir = Scratch::new("typos");
+    let file = dir.file("gantry.toml");
+    std::fs::write(
+        &file,
+        "[server]\nlistn = \"127.0.0.1:1\"\nsession_idle_timeout = \"30 minuts\"\n\n\
+         [[backends]]\nname = \"a\"\nstdio = { command = \"cat\" }\nsesion_mode = \"shared\"\n",
+    )
+    .unwrap();
+    for args in [
+        vec!["check-config".to_owned(), file.display().to_string()],
+        vec!["--config".to_owned(), file.display().to_string()],
+    ] {
+        let out = std::process::Command::new(gantry_bin())
+            .args(&args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        for want in [
+            "line 2, column 1",
+            "(`listn`: did you mean `listen`?)",
+            "line 3, column 24",
+            "(a duration is written like \"200ms\", \"15s\", \"30m\" or \"1h 30m\")",
+            "line 8, column 1",
+            "(`sesion_mode`: did you mean `session_mode`?)",
+        ] {
+            assert_eq!(err.matches(want).count(), 1, "{args:?}: {want} in {err}");
+        }
+    }
+}

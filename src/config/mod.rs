@@ -71,12 +71,103 @@ impl Config {
 
     /// Parses and validates TOML text; `origin` names it in errors.
     pub fn from_toml(text: &str, origin: &str) -> Result<Self, ConfigError> {
-        let file: ConfigFile = toml::from_str(text).map_err(|e| ConfigError::Syntax {
+        let file = parse_all(text).map_err(|errors| ConfigError::Syntax {
             path: origin.to_owned(),
-            message: e.to_string(),
+            message: errors.join("\n"),
         })?;
         file.validate(origin, &|k| std::env::var(k).ok())
     }
+}
+
+/// Parses a configuration file, reporting every problem the parser finds rather
+/// than the first: after an error on a one-line `key = value` (an unknown key, a
+/// value of the wrong kind), that line is set aside and parsing goes on. An error
+/// elsewhere (broken syntax) ends the list, since what follows it would mislead.
+pub fn parse_all(text: &str) -> Result<ConfigFile, Vec<String>> {
+    let mut text = text.to_owned();
+    let mut errors = Vec::new();
+    for _ in 0..32 {
+        let e = match toml::from_str::<ConfigFile>(&text) {
+            Ok(file) if errors.is_empty() => return Ok(file),
+            Ok(_) => return Err(errors),
+            Err(e) => e,
+        };
+        errors.push(hint(e.to_string()));
+        let Some(line) = e.span().and_then(|span| simple_line(&text, span.start)) else {
+            return Err(errors);
+        };
+        // Blanked (same length, newline kept) so later errors keep their positions.
+        let blank = " ".repeat(line.len());
+        text.replace_range(line, &blank);
+    }
+    Err(errors)
+}
+
+/// The byte range of the line holding `at`, if it is a whole `key = value` line
+/// (balanced brackets and quotes), which can be set aside on its own.
+fn simple_line(text: &str, at: usize) -> Option<std::ops::Range<usize>> {
+    let start = text.get(..at)?.rfind('\n').map_or(0, |i| i + 1);
+    let end = text.get(at..)?.find('\n').map_or(text.len(), |i| at + i);
+    let line = text.get(start..end)?.trim();
+    let count = |c: char| line.matches(c).count();
+    let key_first = line.split_once('=').is_some_and(|(k, _)| {
+        !k.trim().is_empty() && !k.contains(['[', '{', '"']) || k.trim().starts_with('"')
+    });
+    (key_first
+        && count('[') == count(']')
+        && count('{') == count('}')
+        && count('"') % 2 == 0
+        && !line.starts_with('['))
+    .then_some(start..end)
+}
+
+/// Adds what the parser's message does not say: the key probably meant, or what a
+/// duration looks like.
+fn hint(message: String) -> String {
+    if message.contains("expected a duration") || message.contains("time unit") {
+        return format!(
+            "{message}\n(a duration is written like \"200ms\", \"15s\", \"30m\" or \"1h 30m\")"
+        );
+    }
+    // "unknown field `listn`, expected one of `listen`, `path`, …"
+    let unknown = message
+        .split("unknown field `")
+        .nth(1)
+        .and_then(|r| r.split('`').next());
+    let meant = unknown.and_then(|u| {
+        let expected = message.split("expected one of ").nth(1)?;
+        expected
+            .split(", ")
+            .map(|k| k.trim().trim_matches('`'))
+            .filter(|k| edit_distance(u, k) <= 2)
+            .min_by_key(|k| edit_distance(u, k))
+    });
+    match (unknown, meant) {
+        (Some(u), Some(m)) => format!("{message}\n(`{u}`: did you mean `{m}`?)"),
+        _ => message,
+    }
+}
+
+/// Levenshtein distance (short keys only, so the quadratic cost does not matter).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row.first().copied().unwrap_or(0);
+        if let Some(first) = row.first_mut() {
+            *first = i + 1;
+        }
+        for (j, cb) in b.iter().enumerate() {
+            let here = row.get(j + 1).copied().unwrap_or(0);
+            let left = row.get(j).copied().unwrap_or(0);
+            let best = (here + 1).min(left + 1).min(prev + usize::from(ca != *cb));
+            if let Some(cell) = row.get_mut(j + 1) {
+                *cell = best;
+            }
+            prev = here;
+        }
+    }
+    row.last().copied().unwrap_or(0)
 }
 
 #[cfg(test)]
