@@ -230,7 +230,9 @@ pub struct PoolConfig {
     #[serde(with = "humantime_serde")]
     pub max_lifetime: Duration,
     /// At most this many live connections (processes / HTTP sessions) of this backend;
-    /// a session that would need another gets a clear error. 0 = no limit. Default 0.
+    /// a session that would need another gets a clear error. 0 = no limit. Default:
+    /// 64 for a stdio backend (each connection is a process, often 70-170 MiB), no
+    /// limit for an HTTP one.
     pub max_connections: usize,
     /// Requests in flight at once on one connection (many stdio servers handle one at
     /// a time). 0 = no limit. Default 0.
@@ -240,12 +242,18 @@ pub struct PoolConfig {
     pub queue: usize,
 }
 
+/// `pool.max_connections` not set: resolved by transport when validated.
+pub(super) const DEFAULT_MAX_CONNECTIONS: usize = usize::MAX;
+
+/// The default cap on a stdio backend's live processes.
+pub const DEFAULT_STDIO_MAX_CONNECTIONS: usize = 64;
+
 impl Default for PoolConfig {
     fn default() -> Self {
         Self {
             min_idle: 0,
             max_lifetime: Duration::from_secs(3600),
-            max_connections: 0,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
             max_in_flight: 0,
             queue: 64,
         }

@@ -237,6 +237,26 @@ mod tests {
     }
 
     #[test]
+    fn stdio_backends_are_capped_by_default_and_http_ones_not() {
+        let text = r#"
+            [[backends]]
+            name = "proc"
+            stdio = { command = "a" }
+            [[backends]]
+            name = "remote"
+            http = { url = "http://127.0.0.1:9/mcp" }
+            [[backends]]
+            name = "unbounded"
+            stdio = { command = "a" }
+            pool = { max_connections = 0 }
+        "#;
+        let file: ConfigFile = toml::from_str(text).unwrap();
+        let cfg = file.validate("t.toml", &env).unwrap();
+        let caps: Vec<usize> = cfg.backends.iter().map(|b| b.pool.max_connections).collect();
+        assert_eq!(caps, [DEFAULT_STDIO_MAX_CONNECTIONS, 0, 0]);
+    }
+
+    #[test]
     fn auth_keys_are_validated_with_their_key_paths() {
         let good = "72ee9d4355ccb9d3a4c9dbf37382e38e75c1b1a225b5bd1f729ee91bbda30c20";
         let text = format!(

@@ -190,6 +190,13 @@ impl ConfigFile {
                     "{key}.pool.min_idle: a shared backend has one connection; a warm pool needs per-session or per-user"
                 ));
             }
+            if b.pool.max_connections == super::file::DEFAULT_MAX_CONNECTIONS {
+                b.pool.max_connections = if b.stdio.is_some() {
+                    super::file::DEFAULT_STDIO_MAX_CONNECTIONS
+                } else {
+                    0
+                };
+            }
             if b.pool.max_connections > 0 && b.pool.min_idle > b.pool.max_connections {
                 problems.push(format!(
                     "{key}.pool.min_idle: must not exceed pool.max_connections"
