@@ -17,4 +17,6 @@ pub mod session;
 pub mod sse;
 pub mod supervisor;
 pub mod telemetry;
+#[cfg(test)]
+mod testkit;
 pub mod upstream;

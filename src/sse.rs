@@ -199,22 +199,8 @@ mod props {
     //! Property tests: the parser never panics on what a backend sends, does not care
     //! how the bytes are chunked, and reads back what is written in SSE form.
     use super::*;
+    use crate::testkit::config;
     use proptest::prelude::*;
-
-    /// `cases` cases, or `PROPTEST_CASES` of them when set (for a longer hunt).
-    fn config(cases: u32) -> ProptestConfig {
-        let base = ProptestConfig::default();
-        ProptestConfig {
-            cases: if std::env::var_os("PROPTEST_CASES").is_some() {
-                base.cases
-            } else {
-                cases
-            },
-            // No regression files in the source tree; a failure prints its case.
-            failure_persistence: None,
-            ..base
-        }
-    }
 
     /// Feeds `chunks` one after the other: the events of each, or the first error.
     fn feed_chunks(max: usize, chunks: &[&[u8]]) -> Result<Vec<Event>, SseError> {

@@ -49,16 +49,7 @@ async fn an_answer_survives_a_flood_of_notifications_the_client_did_not_read() {
         metric_until(&g, "gantry_calls_in_flight", |n| n == 0.0).await,
         "the call did not finish"
     );
-    let resumed = c
-        .http
-        .get(&c.url)
-        .header("accept", "text/event-stream")
-        .header("mcp-session-id", c.session.as_deref().unwrap())
-        .header("mcp-protocol-version", &c.version)
-        .header("last-event-id", &last)
-        .send()
-        .await
-        .unwrap();
+    let resumed = c.resume(&last).await;
     assert_eq!(resumed.status(), 200);
     let mut sse = SseReader::new(resumed);
     let answer = sse
@@ -335,16 +326,7 @@ async fn a_client_that_stops_reading_is_disconnected_and_resumes_its_answer() {
         .find_map(|l| l.strip_prefix("id: "))
         .expect("the stream's first event id")
         .to_owned();
-    let resumed = c
-        .http
-        .get(&c.url)
-        .header("accept", "text/event-stream")
-        .header("mcp-session-id", c.session.as_deref().unwrap())
-        .header("mcp-protocol-version", &c.version)
-        .header("last-event-id", &first_id)
-        .send()
-        .await
-        .unwrap();
+    let resumed = c.resume(&first_id).await;
     assert_eq!(resumed.status(), 200);
     let answer = SseReader::new(resumed)
         .message_where(deadline(10), |m| m.get("id") == Some(&json!("f")))
@@ -582,13 +564,7 @@ async fn a_noisy_backend_cannot_flood_the_log() {
     assert_eq!(r["result"]["content"][0]["text"], "still here", "{r}");
     // Both floods are read to their end (the summary comes when a window closes or
     // the stream ends): stop the backend by ending the session.
-    let _ = c
-        .http
-        .delete(&c.url)
-        .header("mcp-session-id", c.session.as_deref().unwrap())
-        .header("mcp-protocol-version", &c.version)
-        .send()
-        .await;
+    let _ = c.delete().await;
     let end = Instant::now() + Duration::from_secs(10);
     while !g
         .log
@@ -740,14 +716,7 @@ async fn grandchildren_that_called_setsid_are_stopped_too() {
     c.initialize().await;
     let first = pid_in(&grandfile).await;
     let _ = std::fs::remove_file(&grandfile);
-    let ended = c
-        .http
-        .delete(&c.url)
-        .header("mcp-session-id", c.session.as_deref().unwrap())
-        .header("mcp-protocol-version", &c.version)
-        .send()
-        .await
-        .unwrap();
+    let ended = c.delete().await;
     assert!(ended.status().is_success());
     assert!(
         gone_within(&[first], Duration::from_secs(10)).await,
@@ -884,13 +853,7 @@ async fn chaos_leaves_the_gateway_as_it_was() {
         );
     }
     for (_, c) in &chaos {
-        let _ = c
-            .http
-            .delete(&c.url)
-            .header("mcp-session-id", c.session.as_deref().unwrap())
-            .header("mcp-protocol-version", &c.version)
-            .send()
-            .await;
+        let _ = c.delete().await;
     }
     stop.cancel();
     let n = served.await.unwrap();
@@ -933,14 +896,7 @@ async fn a_backend_that_ignores_sigterm_is_killed_and_delete_does_not_wait() {
     c.initialize().await;
     let backend = pid_in(&pidfile).await;
     let started = Instant::now();
-    let ended = c
-        .http
-        .delete(&c.url)
-        .header("mcp-session-id", c.session.as_deref().unwrap())
-        .header("mcp-protocol-version", &c.version)
-        .send()
-        .await
-        .unwrap();
+    let ended = c.delete().await;
     let took = started.elapsed();
     assert!(ended.status().is_success());
     assert!(

@@ -638,16 +638,7 @@ async fn resumes_a_dropped_response_stream_with_last_event_id() {
     let last = priming.id.clone().expect("priming event id");
     drop(sse); // the connection goes away before the response exists
 
-    let resp = c
-        .http
-        .get(&c.url)
-        .header("accept", "text/event-stream")
-        .header("mcp-session-id", c.session.as_deref().unwrap())
-        .header("mcp-protocol-version", &c.version)
-        .header("last-event-id", &last)
-        .send()
-        .await
-        .unwrap();
+    let resp = c.resume(&last).await;
     assert_eq!(resp.status(), 200);
     let mut sse = SseReader::new(resp);
     let answer = sse

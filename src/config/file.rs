@@ -380,23 +380,9 @@ pub struct HttpConfig {
 mod props {
     //! Property tests of the durations in the configuration file (humantime form).
     use crate::config::{Config, ConfigFile};
+    use crate::testkit::config;
     use proptest::prelude::*;
     use std::time::Duration;
-
-    /// `cases` cases, or `PROPTEST_CASES` of them when set (for a longer hunt).
-    fn config(cases: u32) -> ProptestConfig {
-        let base = ProptestConfig::default();
-        ProptestConfig {
-            cases: if std::env::var_os("PROPTEST_CASES").is_some() {
-                base.cases
-            } else {
-                cases
-            },
-            // No regression files in the source tree; a failure prints its case.
-            failure_persistence: None,
-            ..base
-        }
-    }
 
     /// A valid file with `session_idle_timeout` set to the TOML value `value`.
     fn file(value: &str) -> String {

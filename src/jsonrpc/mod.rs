@@ -533,23 +533,9 @@ mod props {
     //! Property tests: the envelope parser never panics, whatever a client or a
     //! backend sends, and what it parses is written back unchanged.
     use super::*;
+    use crate::testkit::config;
     use proptest::prelude::*;
     use serde_json::{Map, Value};
-
-    /// `cases` cases, or `PROPTEST_CASES` of them when set (for a longer hunt).
-    fn config(cases: u32) -> ProptestConfig {
-        let base = ProptestConfig::default();
-        ProptestConfig {
-            cases: if std::env::var_os("PROPTEST_CASES").is_some() {
-                base.cases
-            } else {
-                cases
-            },
-            // No regression files in the source tree; a failure prints its case.
-            failure_persistence: None,
-            ..base
-        }
-    }
 
     /// Any JSON value: scalars (finite floats, large integers, any text) and nested
     /// arrays and objects.

@@ -118,22 +118,8 @@ mod props {
     //! panics on what a client sends, and every string survives encoding as a valid
     //! header value.
     use super::*;
+    use crate::testkit::config;
     use proptest::prelude::*;
-
-    /// `cases` cases, or `PROPTEST_CASES` of them when set (for a longer hunt).
-    fn config(cases: u32) -> ProptestConfig {
-        let base = ProptestConfig::default();
-        ProptestConfig {
-            cases: if std::env::var_os("PROPTEST_CASES").is_some() {
-                base.cases
-            } else {
-                cases
-            },
-            // No regression files in the source tree; a failure prints its case.
-            failure_persistence: None,
-            ..base
-        }
-    }
 
     /// Text that hits the codec's edges: the sentinel, spaces, tabs, controls, DEL,
     /// non-ASCII, next to any string at all.

@@ -139,22 +139,8 @@ mod props {
     //! Property tests: reading a request's `_meta` never panics, whatever the client
     //! put in its params, and accepts exactly what the era requires.
     use super::*;
+    use crate::testkit::config;
     use proptest::prelude::*;
-
-    /// `cases` cases, or `PROPTEST_CASES` of them when set (for a longer hunt).
-    fn config(cases: u32) -> ProptestConfig {
-        let base = ProptestConfig::default();
-        ProptestConfig {
-            cases: if std::env::var_os("PROPTEST_CASES").is_some() {
-                base.cases
-            } else {
-                cases
-            },
-            // No regression files in the source tree; a failure prints its case.
-            failure_persistence: None,
-            ..base
-        }
-    }
 
     fn json() -> impl Strategy<Value = Value> {
         let leaf = prop_oneof![

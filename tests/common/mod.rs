@@ -359,6 +359,30 @@ impl Client {
         rb
     }
 
+    /// Resumes the session's stream after `last_event_id` (GET with `Last-Event-ID`).
+    pub(crate) async fn resume(&self, last_event_id: &str) -> reqwest::Response {
+        self.http
+            .get(&self.url)
+            .header("accept", "text/event-stream")
+            .header("mcp-session-id", self.session.as_deref().unwrap())
+            .header("mcp-protocol-version", &self.version)
+            .header("last-event-id", last_event_id)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// Ends the session (DELETE).
+    pub(crate) async fn delete(&self) -> reqwest::Response {
+        self.http
+            .delete(&self.url)
+            .header("mcp-session-id", self.session.as_deref().unwrap())
+            .header("mcp-protocol-version", &self.version)
+            .send()
+            .await
+            .unwrap()
+    }
+
     /// POSTs a body and reads the whole reply (JSON or SSE to its end).
     pub(crate) async fn post(&self, body: &Value) -> Reply {
         Self::read(

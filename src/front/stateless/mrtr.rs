@@ -377,22 +377,8 @@ mod props {
     //! never panics and succeeds only for a state this table sealed, unaltered, for
     //! the same call.
     use super::*;
+    use crate::testkit::config;
     use proptest::prelude::*;
-
-    /// `cases` cases, or `PROPTEST_CASES` of them when set (for a longer hunt).
-    fn config(cases: u32) -> ProptestConfig {
-        let base = ProptestConfig::default();
-        ProptestConfig {
-            cases: if std::env::var_os("PROPTEST_CASES").is_some() {
-                base.cases
-            } else {
-                cases
-            },
-            // No regression files in the source tree; a failure prints its case.
-            failure_persistence: None,
-            ..base
-        }
-    }
 
     fn table() -> Mrtr<u32> {
         Mrtr::new(Duration::from_secs(60))
