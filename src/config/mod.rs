@@ -252,7 +252,11 @@ mod tests {
         "#;
         let file: ConfigFile = toml::from_str(text).unwrap();
         let cfg = file.validate("t.toml", &env).unwrap();
-        let caps: Vec<usize> = cfg.backends.iter().map(|b| b.pool.max_connections).collect();
+        let caps: Vec<usize> = cfg
+            .backends
+            .iter()
+            .map(|b| b.pool.max_connections)
+            .collect();
         assert_eq!(caps, [DEFAULT_STDIO_MAX_CONNECTIONS, 0, 0]);
     }
 
