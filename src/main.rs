@@ -121,10 +121,15 @@ fn named(value: &str) -> Option<(&str, &str)> {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Validate a configuration file and report every problem.
+    /// Validate a configuration file and report every problem (and, unless
+    /// --file-only, commands of stdio backends that this machine does not have).
     CheckConfig {
         /// The file to check.
         file: PathBuf,
+        /// Check the file only, not whether its commands exist here (for a file meant
+        /// for another machine or a container image).
+        #[arg(long)]
+        file_only: bool,
     },
     /// Run the built-in example MCP server over stdio (the demo backend).
     #[command(hide = true)]
@@ -249,10 +254,14 @@ fn build_config(cli: &Cli) -> anyhow::Result<Config> {
     Ok(file.validate(&origin, &|k| std::env::var(k).ok())?)
 }
 
-fn check_config(path: &Path) -> std::process::ExitCode {
+fn check_config(path: &Path, file_only: bool) -> std::process::ExitCode {
     match Config::load(path) {
         Ok(cfg) => {
-            let findings = config::preflight::check(&cfg, &|k| std::env::var(k).ok());
+            let findings = if file_only {
+                Vec::new()
+            } else {
+                config::preflight::check(&cfg, &|k| std::env::var(k).ok())
+            };
             if !findings.is_empty() {
                 for f in &findings {
                     eprintln!("{}: {f}", path.display());
@@ -331,7 +340,7 @@ async fn shutdown_signal(stop: CancellationToken) {
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse_ordered();
     match &cli.command {
-        Some(Command::CheckConfig { file }) => return check_config(file),
+        Some(Command::CheckConfig { file, file_only }) => return check_config(file, *file_only),
         Some(Command::ExampleServer { session_era_only }) => {
             let eras = if *session_era_only {
                 gantry_example::Eras::SessionOnly

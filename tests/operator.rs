@@ -421,3 +421,27 @@ fn every_typo_is_reported_in_one_run() {
         }
     }
 }
+
+/// `check-config --file-only` checks a file meant for another machine: its commands
+/// need not exist here.
+#[test]
+fn file_only_skips_the_machine_checks() {
+    let dir = Scratch::new("file-only");
+    let file = dir.file("gantry.toml");
+    std::fs::write(
+        &file,
+        "[[backends]]\nname = \"files\"\nstdio = { command = \"only-in-the-image\" }\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(gantry_bin())
+        .args(["check-config", "--file-only"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
