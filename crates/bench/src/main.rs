@@ -21,6 +21,7 @@
 //! target/release/gantry-bench                                   # full matrix (~3 min)
 //! target/release/gantry-bench --duration 2s --clients 1,16 --payloads 100 --idle-sessions 0
 //! target/release/gantry-bench --markdown > results.md           # table for BENCHMARKS.md
+//! target/release/gantry-bench soak --duration 10m --sessions 20  # soak (see soak.rs)
 //! ```
 //!
 //! Only 127.0.0.1 is used. Every loop is bounded in time and count; every process the
@@ -42,6 +43,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, ExitCode, Stdio};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+
+mod soak;
 
 /// The `session_mode` values of Gantry the bench can measure. Adding a mode is one
 /// line here: it becomes a valid `--modes` value and its name goes into the
@@ -76,6 +79,8 @@ const LOG_TAIL: usize = 40;
 #[derive(Parser, Debug)]
 #[command(name = "gantry-bench", version, about)]
 struct Cli {
+    #[command(subcommand)]
+    command: Option<Mode>,
     /// The gantry executable. Default: `gantry` next to this binary.
     #[arg(long, value_name = "PATH")]
     gantry: Option<PathBuf>,
@@ -124,6 +129,15 @@ struct Cli {
     /// Internal: run the minimal stdio echo MCP server.
     #[arg(long, hide = true)]
     serve_stdio_echo: bool,
+}
+
+/// Modes other than the closed-loop matrix.
+#[derive(clap::Subcommand, Debug)]
+enum Mode {
+    /// Long-running mixed load against Gantry (per-session stdio backends, session
+    /// churn, slow / cancelled / failing calls), sampling memory, file descriptors and
+    /// processes; fails if they grow or if any call fails unexpectedly.
+    Soak(soak::SoakArgs),
 }
 
 /// What a measurement runs against.
@@ -190,7 +204,12 @@ fn main() -> ExitCode {
     };
     let outcome = rt.block_on(async {
         tokio::select! {
-            r = run(cli) => r,
+            r = async {
+                match cli.command {
+                    Some(Mode::Soak(args)) => soak::run(args).await,
+                    None => run(cli).await,
+                }
+            } => r,
             s = stop_signal() => Err(anyhow!("{s} received; stopped")),
         }
     });
@@ -512,10 +531,14 @@ fn gantry_config(env: &Env, mode: &str, max_sessions: usize) -> String {
          [server]\n\
          listen = \"127.0.0.1:0\"\n\
          max_sessions = {max_sessions}\n\
+         # One load generator is one client: no per-client quota, no process cap.\n\
+         max_sessions_per_client = 0\n\
+         session_rate_per_client = 0\n\
          \n\
          [[backends]]\n\
          name = \"echo\"\n\
          session_mode = {mode}\n\
+         pool = {{ max_connections = 0 }}\n\
          stdio = {{ command = {command}, args = [{arg}] }}\n{keys}"
     )
 }
@@ -740,6 +763,11 @@ impl McpClient {
     /// POSTs one JSON-RPC message; returns status, session header and the messages
     /// of the body (one for JSON, every non-empty `data` for SSE).
     async fn post(&self, body: String) -> Result<(u16, Option<String>, Vec<String>)> {
+        Self::read(self.send(body).await?).await
+    }
+
+    /// POSTs one JSON-RPC message; returns once the response head has arrived.
+    async fn send(&self, body: String) -> Result<reqwest::Response> {
         let mut rb = self
             .http
             .post(&self.url)
@@ -753,7 +781,12 @@ impl McpClient {
                 .header("mcp-session-id", &self.session)
                 .header("mcp-protocol-version", PROTOCOL);
         }
-        let resp = rb.body(body).send().await?;
+        Ok(rb.body(body).send().await?)
+    }
+
+    /// Reads a response to its end: status, session header and the messages of the
+    /// body (one for JSON, every non-empty `data` for SSE).
+    async fn read(resp: reqwest::Response) -> Result<(u16, Option<String>, Vec<String>)> {
         let status = resp.status().as_u16();
         let session = resp
             .headers()
@@ -1093,7 +1126,7 @@ fn report(
     }
     let mut out = String::new();
     let about = format!(
-        "{} s measured after {} s warm-up per row; {} CPUs; CLK_TCK {}; Accept: {}; CPU and RSS are of the server process tree, \"root proc\" of the server process alone (gantry without its backends); ratios are to `direct` at the same N and P",
+        "{} s measured after {} s warm-up per row; {} CPUs; CLK_TCK {}; Accept: {}; CPU and RSS are of the server process tree, \"root proc\" of the server process alone (gantry's supervisor and gateway without its backends); ratios are to `direct` at the same N and P",
         cli.duration.as_secs_f64(),
         cli.warmup.as_secs_f64(),
         std::thread::available_parallelism().map_or(0, |n| n.get()),
@@ -1173,7 +1206,12 @@ struct LogTail {
     lines: VecDeque<String>,
     warnings: u64,
     first_warning: Option<String>,
+    /// The first `EARLY_WARNINGS` warnings.
+    early: Vec<String>,
 }
+
+/// Warnings of a server kept whole (besides the count).
+const EARLY_WARNINGS: usize = 8;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -1246,10 +1284,16 @@ impl Server {
                         }
                     }
                     let mut g = lock(&log);
-                    if line.contains(" WARN ") || line.contains(" ERROR ") {
+                    // The server's own level (the field after the timestamp), not a
+                    // backend's stderr line that it relays at INFO.
+                    let level = line.split_whitespace().nth(1);
+                    if matches!(level, Some("WARN" | "ERROR")) {
                         g.warnings += 1;
                         if g.first_warning.is_none() {
                             g.first_warning = Some(clip(&line));
+                        }
+                        if g.early.len() < EARLY_WARNINGS {
+                            g.early.push(clip(&line));
                         }
                     }
                     g.lines.push_back(line);
@@ -1294,6 +1338,12 @@ impl Server {
     fn warnings(&self) -> (u64, Option<String>) {
         let g = lock(&self.log);
         (g.warnings, g.first_warning.clone())
+    }
+
+    /// How many warnings the server logged, and the first few of them.
+    fn early_warnings(&self) -> (u64, Vec<String>) {
+        let g = lock(&self.log);
+        (g.warnings, g.early.clone())
     }
 
     /// SIGTERM, up to `STOP_GRACE` to exit, then SIGKILL; then kills whatever it
@@ -1466,8 +1516,25 @@ mod proc {
 
     /// CPU accounting of a process tree at one instant.
     pub(crate) struct TreeCpu {
-        root: u32,
+        /// The server process itself: `root`, and for gantry (a supervisor and its
+        /// gateway worker, the same executable) the worker too.
+        server: Vec<u32>,
         procs: HashMap<u32, ProcCpu>,
+    }
+
+    /// `root` and its direct children running the same executable (gantry's worker).
+    fn server_procs(root: u32) -> Vec<u32> {
+        let exe = |p: u32| std::fs::read_link(format!("/proc/{p}/exe")).ok();
+        let mine = exe(root);
+        let mut out = vec![root];
+        out.extend(
+            descendants(root)
+                .into_iter()
+                .map(|(p, _)| p)
+                .filter(|p| stat(*p).is_some_and(|s| s.ppid == root))
+                .filter(|p| mine.is_some() && exe(*p) == mine),
+        );
+        out
     }
 
     fn proc_cpu(pid: u32) -> Option<ProcCpu> {
@@ -1503,7 +1570,7 @@ mod proc {
             pids.extend(descendants(root).into_iter().map(|(p, _)| p));
         }
         TreeCpu {
-            root,
+            server: server_procs(root),
             procs: pids
                 .into_iter()
                 .filter_map(|p| proc_cpu(p).map(|c| (p, c)))
@@ -1541,8 +1608,8 @@ mod proc {
                 ),
             };
             total += own + reaped;
-            if *pid == b.root {
-                root = own;
+            if b.server.contains(pid) {
+                root += own;
             }
         }
         (total, root)
@@ -1563,7 +1630,7 @@ mod proc {
         }
     }
 
-    fn rss_kib(pid: u32) -> Option<u64> {
+    pub(crate) fn rss_kib(pid: u32) -> Option<u64> {
         let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
         text.lines()
             .find_map(|l| l.strip_prefix("VmRSS:"))
