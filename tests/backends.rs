@@ -258,15 +258,8 @@ async fn crash_mid_request_fails_promptly_and_the_backend_restarts() {
     assert!(g.log_text().contains("backend stopped; restarting"));
 }
 
-#[tokio::test]
-async fn a_request_between_crash_and_restart_waits_for_the_restart() {
-    // A long backoff keeps the backend down while the next request arrives.
-    let g = Gantry::with_config(&mb_backend_with_backoff(
-        "mb",
-        "request_timeout = \"60s\"",
-        "2s",
-        &[],
-    ));
+/// A session whose call just crashed the `mb` backend (the call failed naming it).
+async fn crashed_session(g: &Gantry) -> Client {
     let mut c = g.client();
     c.initialize().await;
     let r = bounded(
@@ -276,6 +269,19 @@ async fn a_request_between_crash_and_restart_waits_for_the_restart() {
     )
     .await;
     assert_backend_error(&r, -32000, "mb");
+    c
+}
+
+#[tokio::test]
+async fn a_request_between_crash_and_restart_waits_for_the_restart() {
+    // A long backoff keeps the backend down while the next request arrives.
+    let g = Gantry::with_config(&mb_backend_with_backoff(
+        "mb",
+        "request_timeout = \"60s\"",
+        "2s",
+        &[],
+    ));
+    let c = crashed_session(&g).await;
     // Sent during the backoff: it waits for the new incarnation and is answered.
     let r = bounded(
         "echo during backoff",
@@ -295,15 +301,7 @@ async fn a_request_is_not_held_for_a_restart_beyond_the_init_timeout() {
         "3s",
         &[],
     ));
-    let mut c = g.client();
-    c.initialize().await;
-    let r = bounded(
-        "crash call",
-        Duration::from_secs(30),
-        c.call_tool(json!(1), "crash", json!({})),
-    )
-    .await;
-    assert_backend_error(&r, -32000, "mb");
+    let c = crashed_session(&g).await;
     let t = Instant::now();
     let r = bounded(
         "echo during backoff",

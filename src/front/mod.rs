@@ -219,13 +219,10 @@ async fn ready(State(app): State<Arc<App>>) -> HttpResponse {
     let list: Vec<serde_json::Value> = backends
         .iter()
         .map(|(name, required, state)| {
-            let mut b = serde_json::json!({ "name": name, "required": required });
-            if let (Some(obj), Ok(serde_json::Value::Object(st))) =
-                (b.as_object_mut(), serde_json::to_value(state))
-            {
-                obj.extend(st);
-            }
-            b
+            with_backend_state(
+                serde_json::json!({ "name": name, "required": required }),
+                state,
+            )
         })
         .collect();
     (
@@ -237,6 +234,19 @@ async fn ready(State(app): State<Arc<App>>) -> HttpResponse {
         })),
     )
         .into_response()
+}
+
+/// `fields` with the backend's `state` (and `reason`) added.
+fn with_backend_state(
+    mut fields: serde_json::Value,
+    state: &crate::upstream::BackendState,
+) -> serde_json::Value {
+    if let (Some(obj), Ok(serde_json::Value::Object(st))) =
+        (fields.as_object_mut(), serde_json::to_value(state))
+    {
+        obj.extend(st);
+    }
+    fields
 }
 
 /// `/status`: what an operator needs about each backend (behind the same checks
@@ -252,7 +262,7 @@ async fn status(State(app): State<Arc<App>>) -> HttpResponse {
         .map(|(((name, stats), (_, required, state)), cfg)| {
             let (connections, pending) = stats.load();
             let era = |e: crate::mcp::Era| stats.eras.get(e);
-            let mut b = serde_json::json!({
+            let b = serde_json::json!({
                 "name": name,
                 "required": required,
                 "transport": if cfg.stdio.is_some() { "stdio" } else { "http" },
@@ -265,12 +275,7 @@ async fn status(State(app): State<Arc<App>>) -> HttpResponse {
                     "stateless": era(crate::mcp::Era::Stateless),
                 },
             });
-            if let (Some(obj), Ok(serde_json::Value::Object(st))) =
-                (b.as_object_mut(), serde_json::to_value(&state))
-            {
-                obj.extend(st);
-            }
-            b
+            with_backend_state(b, &state)
         })
         .collect();
     axum::Json(serde_json::json!({

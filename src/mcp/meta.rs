@@ -150,19 +150,14 @@ mod props {
             any::<f64>().prop_filter_map("finite", |f| serde_json::Number::from_f64(f)
                 .map(Value::Number)),
             any::<String>().prop_map(Value::String),
-            // The log level names, so that some levels are valid.
-            prop::sample::select(vec![
-                "debug",
-                "info",
-                "notice",
-                "warning",
-                "error",
-                "critical",
-                "alert",
-                "emergency",
-                "Debug",
-                ""
-            ])
+            // The log level names (and near misses), so that some levels are valid.
+            prop::sample::select(
+                crate::mcp::methods::LOG_LEVELS
+                    .iter()
+                    .copied()
+                    .chain(["Debug", ""])
+                    .collect::<Vec<_>>()
+            )
             .prop_map(Value::from),
         ];
         leaf.prop_recursive(3, 24, 5, |inner| {
