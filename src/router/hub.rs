@@ -32,7 +32,53 @@ pub struct Hub {
     members: Mutex<HashMap<u64, Member>>,
     subs: Mutex<HashMap<String, HashSet<u64>>>,
     upstream_level: Mutex<Option<u8>>,
+    upstream_subs: UpstreamSubs,
     stats: Arc<BackendStats>,
+}
+
+/// The URIs a backend connection is subscribed to, as far as Gantry has told it.
+///
+/// Several clients' subscribes and unsubscribes of one URI race (a stream closing while
+/// another opens). Sending "the first subscribe" and "the last unsubscribe" as their
+/// counts change lets the two requests overtake each other and leave the backend
+/// unsubscribed while someone waits for updates. So changes go upstream one at a
+/// time, each decided under the lock from what the clients want *now*: whatever the
+/// interleaving, the backend ends in the state the clients' last wish asks for.
+#[derive(Default)]
+pub struct UpstreamSubs(tokio::sync::Mutex<HashSet<String>>);
+
+impl UpstreamSubs {
+    /// Brings the backend's subscription to `uri` in line with `wanted()` (read under
+    /// the lock), sending `resources/subscribe` or `resources/unsubscribe` through
+    /// `send` if it differs. `Ok(None)`: nothing needed sending. On an error the
+    /// recorded state is unchanged.
+    pub async fn reconcile<T, E, Fut>(
+        &self,
+        uri: &str,
+        wanted: impl FnOnce() -> bool,
+        send: impl FnOnce(&'static str) -> Fut,
+    ) -> Result<Option<T>, E>
+    where
+        Fut: std::future::Future<Output = Result<T, E>>,
+    {
+        let mut up = self.0.lock().await;
+        let want = wanted();
+        if want == up.contains(uri) {
+            return Ok(None);
+        }
+        let method = if want {
+            "resources/subscribe"
+        } else {
+            "resources/unsubscribe"
+        };
+        let answer = send(method).await?;
+        if want {
+            up.insert(uri.to_owned());
+        } else {
+            up.remove(uri);
+        }
+        Ok(Some(answer))
+    }
 }
 
 impl Hub {
@@ -43,6 +89,7 @@ impl Hub {
             members: Mutex::new(HashMap::new()),
             subs: Mutex::new(HashMap::new()),
             upstream_level: Mutex::new(None),
+            upstream_subs: UpstreamSubs::default(),
             stats,
         }
     }
@@ -98,6 +145,16 @@ impl Hub {
     /// Whether no session uses the hub.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Whether some session subscribes to `uri`.
+    pub fn is_subscribed(&self, uri: &str) -> bool {
+        self.subs.lock().contains_key(uri)
+    }
+
+    /// What the backend is subscribed to; see [`UpstreamSubs`].
+    pub fn upstream_subs(&self) -> &UpstreamSubs {
+        &self.upstream_subs
     }
 
     /// Records a subscription; true if it is the URI's first (send it upstream).
@@ -271,5 +328,58 @@ mod tests {
         // The verbose session leaves: the backend may go back to the other's level.
         assert_eq!(hub.leave(2).level, Some(3));
         assert_eq!(hub.leave(1).level, None);
+    }
+
+    /// A stream closing (its unsubscribe slow to reach the backend) while another opens
+    /// (its subscribe fast): the backend must end subscribed, as the clients want.
+    #[tokio::test]
+    async fn racing_subscribe_and_unsubscribe_leave_the_backend_as_the_clients_want() {
+        use std::sync::atomic::AtomicBool;
+        use std::time::Duration;
+        let up = Arc::new(UpstreamSubs::default());
+        let wanted = Arc::new(AtomicBool::new(true));
+        // The backend: applies each request when it arrives.
+        let backend = Arc::new(AtomicBool::new(false));
+        let apply = |backend: Arc<AtomicBool>, m: &'static str, delay: u64| async move {
+            tokio::time::sleep(Duration::from_millis(delay)).await;
+            backend.store(m == "resources/subscribe", Ordering::SeqCst);
+            Ok::<_, ()>(())
+        };
+        up.reconcile(
+            "x://1",
+            || wanted.load(Ordering::SeqCst),
+            |m| apply(backend.clone(), m, 0),
+        )
+        .await
+        .unwrap();
+        assert!(backend.load(Ordering::SeqCst));
+        // The last stream closes: its unsubscribe takes 100 ms to arrive...
+        wanted.store(false, Ordering::SeqCst);
+        let closing = {
+            let (up, wanted, backend) = (up.clone(), wanted.clone(), backend.clone());
+            tokio::spawn(async move {
+                up.reconcile(
+                    "x://1",
+                    || wanted.load(Ordering::SeqCst),
+                    |m| apply(backend, m, 100),
+                )
+                .await
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        // ...and a new stream opens meanwhile, its subscribe instant.
+        wanted.store(true, Ordering::SeqCst);
+        up.reconcile(
+            "x://1",
+            || wanted.load(Ordering::SeqCst),
+            |m| apply(backend.clone(), m, 0),
+        )
+        .await
+        .unwrap();
+        closing.await.unwrap().unwrap();
+        assert!(
+            backend.load(Ordering::SeqCst),
+            "the backend was left unsubscribed"
+        );
     }
 }

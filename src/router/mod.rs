@@ -26,7 +26,7 @@ pub use client::{Caller, ClientInit};
 pub(crate) use forward::{forward, Fail};
 pub use route::SessionRoute;
 
-pub use hub::{level_rank, Hub, LOG_LEVELS};
+pub use hub::{level_rank, Hub, UpstreamSubs, LOG_LEVELS};
 
 use crate::call::CallCtx;
 use crate::config::Config;
@@ -313,19 +313,29 @@ impl Router {
                 "params.uri (a string) is required",
             ))
         })?;
-        if method == "resources/subscribe" {
-            if !hub.subscribe(route.key, &uri) {
-                return Ok(empty_object());
-            }
-            let r = forward(route, idx, method, params, ctx).await;
-            if r.is_err() {
-                hub.unsubscribe(route.key, &uri);
-            }
-            r
-        } else if hub.unsubscribe(route.key, &uri) {
-            forward(route, idx, method, params, ctx).await
+        // Counted per session here; what goes upstream is decided by the reconciler.
+        let subscribing = method == "resources/subscribe";
+        if subscribing {
+            hub.subscribe(route.key, &uri);
         } else {
-            Ok(empty_object())
+            hub.unsubscribe(route.key, &uri);
+        }
+        let sent = hub
+            .upstream_subs()
+            .reconcile(
+                &uri,
+                || hub.is_subscribed(&uri),
+                |m| forward(route, idx, m, params, ctx),
+            )
+            .await;
+        match sent {
+            Ok(answer) => Ok(answer.unwrap_or_else(empty_object)),
+            Err(e) => {
+                if subscribing {
+                    hub.unsubscribe(route.key, &uri);
+                }
+                Err(e)
+            }
         }
     }
 

@@ -94,27 +94,31 @@ impl SessionRoute {
                 stops.push(conn.clone());
             } else {
                 drop(users);
-                let mut tell: Vec<(&str, Value)> = left
-                    .unsubscribe
-                    .into_iter()
-                    .map(|uri| ("resources/unsubscribe", json!({ "uri": uri })))
-                    .collect();
-                if let Some(name) = left.level.and_then(|l| LOG_LEVELS.get(usize::from(l))) {
-                    tell.push(("logging/setLevel", json!({ "level": name })));
-                }
-                for (method, params) in tell {
-                    let conn = conn.clone();
+                // Gantry's own requests: nothing they cause belongs to a client.
+                let own_ctx = |conn: &Arc<Conn>| CallCtx {
+                    sink: Arc::new(Hub::new(conn.name(), Arc::new(BackendStats::default()))),
+                    cancel: CancellationToken::new(),
+                    client: crate::call::ClientView::default(),
+                };
+                for uri in left.unsubscribe {
+                    let (conn, hub, ctx) = (conn.clone(), hub.clone(), own_ctx(conn));
                     tokio::spawn(async move {
-                        // Gantry's own request: nothing it causes belongs to a client.
-                        let ctx = CallCtx {
-                            sink: Arc::new(Hub::new(
-                                conn.name(),
-                                Arc::new(BackendStats::default()),
-                            )),
-                            cancel: CancellationToken::new(),
-                            client: crate::call::ClientView::default(),
-                        };
-                        let _ = conn.call(method, Some(to_raw(&params)), &ctx).await;
+                        let params = Some(to_raw(&json!({ "uri": uri })));
+                        let _ = hub
+                            .upstream_subs()
+                            .reconcile(
+                                &uri,
+                                || hub.is_subscribed(&uri),
+                                |m| conn.call(m, params, &ctx),
+                            )
+                            .await;
+                    });
+                }
+                if let Some(name) = left.level.and_then(|l| LOG_LEVELS.get(usize::from(l))) {
+                    let (conn, ctx) = (conn.clone(), own_ctx(conn));
+                    tokio::spawn(async move {
+                        let params = Some(to_raw(&json!({ "level": name })));
+                        let _ = conn.call("logging/setLevel", params, &ctx).await;
                     });
                 }
             }

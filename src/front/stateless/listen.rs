@@ -21,6 +21,7 @@ use crate::front::stateless::answer;
 use crate::front::stateless::clip;
 use crate::front::stateless::route::own_request;
 use crate::mcp::listen::ListenFilter as Filter;
+use crate::router::UpstreamSubs;
 
 pub(super) struct Listener {
     pub(super) n: u64,
@@ -36,6 +37,7 @@ pub(super) struct Listener {
 pub(crate) struct Listeners {
     pub(super) list: Mutex<Vec<Listener>>,
     pub(super) uri_refs: Mutex<HashMap<String, usize>>,
+    pub(super) upstream: UpstreamSubs,
     pub(super) next: AtomicU64,
 }
 
@@ -72,33 +74,41 @@ impl Listeners {
         }
     }
 
-    /// URIs whose count went from 0 to 1 (to subscribe upstream).
-    pub(super) fn add_uris(&self, uris: &[String]) -> Vec<String> {
+    /// Counts one more stream wanting each of `uris`.
+    pub(super) fn add_uris(&self, uris: &[String]) {
         let mut refs = self.uri_refs.lock();
-        uris.iter()
-            .filter(|u| {
-                let c = refs.entry((*u).clone()).or_insert(0);
-                *c += 1;
-                *c == 1
-            })
-            .cloned()
-            .collect()
+        for u in uris {
+            *refs.entry(u.clone()).or_insert(0) += 1;
+        }
     }
 
-    /// URIs whose count went to 0 (to unsubscribe upstream).
-    pub(super) fn drop_uris(&self, uris: &[String]) -> Vec<String> {
+    /// Counts one stream fewer wanting each of `uris`.
+    pub(super) fn drop_uris(&self, uris: &[String]) {
         let mut refs = self.uri_refs.lock();
-        let mut last = Vec::new();
         for u in uris {
             if let Some(c) = refs.get_mut(u) {
                 *c = c.saturating_sub(1);
                 if *c == 0 {
                     refs.remove(u);
-                    last.push(u.clone());
                 }
             }
         }
-        last
+    }
+
+    fn wanted(&self, uri: &str) -> bool {
+        self.uri_refs.lock().contains_key(uri)
+    }
+
+    /// Brings the upstream subscription to `uri` in line with the open streams.
+    async fn reconcile(&self, app: &App, internal: &Internal, uri: &str) -> Result<(), String> {
+        self.upstream
+            .reconcile(
+                uri,
+                || self.wanted(uri),
+                |method| upstream_subscription(app, internal, method, uri),
+            )
+            .await
+            .map(|_| ())
     }
 }
 
@@ -110,7 +120,7 @@ pub(super) fn filter_of(params: &Map<String, Value>, caps: &Value) -> Result<Fil
 }
 
 /// Subscribes or unsubscribes one URI on the principal's route.
-pub(super) async fn upstream_subscription(
+async fn upstream_subscription(
     app: &App,
     internal: &Internal,
     method: &str,
@@ -154,16 +164,20 @@ pub(super) async fn listen(
         Err(e) => return answer(StatusCode::OK, Some(id), &e),
     };
     let subscription: Value = serde_json::from_str(id.raw().get()).unwrap_or(Value::Null);
-    for uri in internal.listeners.add_uris(&filter.uris) {
-        if let Err(e) = upstream_subscription(&app, &internal, "resources/subscribe", &uri).await {
+    internal.listeners.add_uris(&filter.uris);
+    for uri in &filter.uris {
+        if let Err(e) = internal.listeners.reconcile(&app, &internal, uri).await {
             internal.listeners.drop_uris(&filter.uris);
-            tracing::info!(uri = %clip(&uri), error = %clip(&e), "listen: upstream subscribe failed");
+            for uri in &filter.uris {
+                let _ = internal.listeners.reconcile(&app, &internal, uri).await;
+            }
+            tracing::info!(uri = %clip(uri), error = %clip(&e), "listen: upstream subscribe failed");
             return answer(
                 StatusCode::OK,
                 Some(id),
                 &RpcError::new(
                     code::INVALID_PARAMS,
-                    format!("cannot subscribe to {}: {}", clip(&uri), clip(&e)),
+                    format!("cannot subscribe to {}: {}", clip(uri), clip(&e)),
                 ),
             );
         }
@@ -213,9 +227,13 @@ pub(super) async fn listen(
             }
         }
         internal.listeners.list.lock().retain(|l| l.n != n);
-        for uri in internal.listeners.drop_uris(&filter.uris) {
-            if let Err(e) = subscription_end(&app, &internal, &uri).await {
-                tracing::debug!(uri = %clip(&uri), error = %clip(&e), "listen: upstream unsubscribe failed");
+        internal.listeners.drop_uris(&filter.uris);
+        if !internal.session.cancel.is_cancelled() {
+            // (A closing route's subscriptions go with it.)
+            for uri in &filter.uris {
+                if let Err(e) = internal.listeners.reconcile(&app, &internal, uri).await {
+                    tracing::debug!(uri = %clip(uri), error = %clip(&e), "listen: upstream unsubscribe failed");
+                }
             }
         }
         tracing::debug!("listen stream ended");
@@ -224,15 +242,4 @@ pub(super) async fn listen(
         tokio_stream::wrappers::ReceiverStream::new(rx).map(Ok::<_, std::convert::Infallible>),
     );
     with_sse_headers(HttpResponse::new(body))
-}
-
-pub(super) async fn subscription_end(
-    app: &App,
-    internal: &Internal,
-    uri: &str,
-) -> Result<(), String> {
-    if internal.session.cancel.is_cancelled() {
-        return Ok(()); // the route is closing: its subscriptions go with it
-    }
-    upstream_subscription(app, internal, "resources/unsubscribe", uri).await
 }
