@@ -445,3 +445,101 @@ fn file_only_skips_the_machine_checks() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `idle_timeout`: a per-session process idle that long is stopped, and the session's
+/// next call starts a new one (re-initialized with the client's own `initialize`) and
+/// is answered; the session itself lives on. A call in progress is never cut off.
+#[tokio::test]
+async fn idle_per_session_processes_are_stopped_and_started_again_on_demand() {
+    let dir = Scratch::new("idle");
+    let record = dir.0.join("received.jsonl");
+    let g = gantry()
+        .backend(
+            python_fixture("mb", "misbehaving_server.py")
+                .record(&record)
+                .set("idle_timeout = \"1s\""),
+        )
+        .start();
+    let mut c = g.client();
+    c.initialize().await;
+    let first = pid_of(&c, 1).await;
+    // A call that outlasts the idle timeout keeps its process.
+    let hanging = {
+        let c = c.clone();
+        tokio::spawn(async move { c.call_tool(json!(2), "hang", json!({})).await })
+    };
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert!(alive(first), "a process with a call in flight was stopped");
+    hanging.abort();
+    c.notify("notifications/cancelled", json!({"requestId": 2}))
+        .await;
+    // Idle now: stopped within the timeout (and a check interval).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while alive(first) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(!alive(first), "the idle process {first} still runs");
+    // The next call of the same session starts a new one and is answered.
+    let r = c
+        .call_tool(json!(3), "echo", json!({"message": "back"}))
+        .await;
+    assert_eq!(r["result"]["content"][0]["text"], "back", "{r}");
+    let second = pid_of(&c, 4).await;
+    assert_ne!(second, first);
+    // Both processes were initialized as this client.
+    let inits: Vec<serde_json::Value> = recorded(&record)
+        .into_iter()
+        .filter(|m| m["method"] == "initialize")
+        .collect();
+    assert_eq!(inits.len(), 2, "{inits:?}");
+    for i in &inits {
+        assert_eq!(
+            i["params"]["clientInfo"], inits[0]["params"]["clientInfo"],
+            "{inits:?}"
+        );
+    }
+}
+
+/// A parked process does not count against `pool.max_connections`: with a cap of
+/// one, a second session gets the place once the first one's process is idle-stopped;
+/// the first session, calling while the place is taken, gets the capacity error, and
+/// is served once the second is idle in turn.
+#[tokio::test]
+async fn parked_connections_give_their_place_under_max_connections() {
+    let g = gantry()
+        .backend(
+            python_fixture("mb", "misbehaving_server.py")
+                .set("idle_timeout = \"1s\"")
+                .set("pool = { max_connections = 1 }"),
+        )
+        .start();
+    let mut a = g.client();
+    a.initialize().await;
+    let pid_a = pid_of(&a, 1).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while alive(pid_a) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(!alive(pid_a));
+    let mut b = g.client();
+    b.initialize().await;
+    pid_of(&b, 1).await;
+    let refused = a.call_tool(json!(2), "echo", json!({"message": "a"})).await;
+    let err = assert_rpc_error(&refused, -32000, Some("mb"));
+    assert!(
+        err["message"]
+            .as_str()
+            .unwrap()
+            .contains("connection limit"),
+        "{refused}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = a.call_tool(json!(3), "echo", json!({"message": "a"})).await;
+        if r["result"]["content"][0]["text"] == "a" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never served again: {r}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}

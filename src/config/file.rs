@@ -213,6 +213,15 @@ pub struct BackendConfig {
     /// it cannot be started and initialized at start-up. Default false.
     #[serde(default)]
     pub required: bool,
+    /// Opt-in: a `per-session` or `per-user` connection that has served no request for
+    /// this long is stopped (its process ends; it no longer counts against
+    /// `pool.max_connections`) and started again, re-initialized with the client's
+    /// `initialize`, by the session's next request, which waits for it. What the
+    /// backend kept for the session (resource subscriptions, log level, anything a
+    /// tool remembered) is lost, as after a crash: use it for servers that keep no
+    /// per-session state. Default: never.
+    #[serde(default, with = "humantime_serde")]
+    pub idle_timeout: Option<Duration>,
 }
 
 /// Limits on a backend's connections, and warm connections kept ready.

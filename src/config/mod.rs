@@ -215,6 +215,33 @@ mod tests {
     }
 
     #[test]
+    fn idle_timeout_is_for_per_client_connections() {
+        let with = |mode: &str, idle: &str| {
+            let text = format!(
+                "[[backends]]\nname = \"a\"\nstdio = {{ command = \"a\" }}\nsession_mode = \"{mode}\"\nidle_timeout = \"{idle}\"\n"
+            );
+            let file: ConfigFile = toml::from_str(&text).unwrap();
+            file.validate("t.toml", &env)
+                .map(|c| c.backends[0].idle_timeout)
+        };
+        assert_eq!(
+            with("per-session", "2m").unwrap(),
+            Some(Duration::from_secs(120))
+        );
+        assert_eq!(
+            with("per-user", "1s").unwrap(),
+            Some(Duration::from_secs(1))
+        );
+        let err = with("shared", "2m").unwrap_err().to_string();
+        assert!(
+            err.contains("backends[0].idle_timeout: stops a per-session"),
+            "{err}"
+        );
+        let err = with("per-session", "10ms").unwrap_err().to_string();
+        assert!(err.contains("at least 1s"), "{err}");
+    }
+
+    #[test]
     fn unknown_keys_are_rejected() {
         let err = Config::from_toml("[server]\nlisten_on = \"x\"\n", "t.toml").unwrap_err();
         assert!(err.to_string().contains("listen_on"), "{err}");

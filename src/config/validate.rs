@@ -185,6 +185,14 @@ impl ConfigFile {
             if b.request_timeout < Duration::from_millis(10) {
                 problems.push(format!("{key}.request_timeout: must be at least 10ms"));
             }
+            if b.idle_timeout.is_some() && b.session_mode == SessionMode::Shared {
+                problems.push(format!(
+                    "{key}.idle_timeout: stops a per-session or per-user connection when idle; a shared backend's one connection serves every session (remove it or use another session_mode)"
+                ));
+            }
+            if b.idle_timeout.is_some_and(|d| d < Duration::from_secs(1)) {
+                problems.push(format!("{key}.idle_timeout: must be at least 1s"));
+            }
             if b.pool.min_idle > 0 && b.session_mode == SessionMode::Shared {
                 problems.push(format!(
                     "{key}.pool.min_idle: a shared backend has one connection; a warm pool needs per-session or per-user"
@@ -369,5 +377,6 @@ fn backend_defaults(name: &str) -> BackendConfig {
         restart: RestartConfig::default(),
         pool: PoolConfig::default(),
         required: false,
+        idle_timeout: None,
     }
 }

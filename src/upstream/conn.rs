@@ -57,6 +57,10 @@ impl Conn {
     ) -> Result<Response, UpstreamError> {
         // Time spent queued for an in-flight slot counts against the request timeout.
         let deadline = tokio::time::Instant::now() + self.core.request_timeout;
+        let _in_use = match &self.core.idle {
+            Some(idle) => Some(idle.enter().await),
+            None => None,
+        };
         let _permit = self.in_flight_permit(ctx, deadline).await?;
         let (gen, info) = self.core.wait_ready(&ctx.cancel).await?;
         if info.is_stateless() {
@@ -112,6 +116,9 @@ impl Conn {
     /// session).
     pub fn set_owner(&self, owner: Sink) {
         *self.core.owner.lock() = Some(owner);
+        if let Some(idle) = &self.core.idle {
+            idle.arm();
+        }
     }
 
     /// How long ago the connection was started.

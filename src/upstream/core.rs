@@ -69,6 +69,11 @@ pub(crate) enum State {
     /// The last attempt failed before it was ready (start-up, handshake); a retry is
     /// scheduled. Requests fail at once with the reason.
     Failed { reason: String },
+    /// Being stopped for `idle_timeout`; requests wait, then find it parked.
+    Stopping,
+    /// Stopped after `idle_timeout` without a request; the next request starts it
+    /// again (and waits for it).
+    Parked,
     /// Shut down for good.
     Closed,
 }
@@ -136,6 +141,12 @@ pub(crate) struct Core {
     /// unanswered: a stdio backend that dies meanwhile died of it, and its
     /// supervisor restarts it at once for the other era, without a failure between.
     pub(super) probing: Mutex<Option<Era>>,
+    /// `idle_timeout`: stopping the connection when idle, starting it on demand.
+    pub(crate) idle: Option<super::idle::IdleStop>,
+    /// Whether the connection holds a place under `pool.max_connections` (not while
+    /// parked), and that cap.
+    pub(super) reserved: std::sync::atomic::AtomicBool,
+    pub(super) max_connections: usize,
 }
 
 /// The stdin of one incarnation of a stdio backend.
@@ -210,7 +221,8 @@ impl Core {
                             }
                             restarting = Some(reason);
                         }
-                        State::Starting => {}
+                        State::Parked => self.unpark()?,
+                        State::Starting | State::Stopping => {}
                     }
                     if rx.changed().await.is_err() {
                         return Err(UpstreamError::Closed {
@@ -232,6 +244,29 @@ impl Core {
                 None => format!("not ready after {after}"),
             }))
         })
+    }
+
+    /// A request for a parked connection: takes its place under
+    /// `pool.max_connections` back (the first such request does) and wakes it.
+    fn unpark(&self) -> Result<(), UpstreamError> {
+        let Some(idle) = &self.idle else {
+            return Ok(());
+        };
+        if self
+            .reserved
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            if !self.stats.try_reserve(self.max_connections) {
+                self.reserved.store(false, Ordering::Release);
+                return Err(UpstreamError::AtCapacity {
+                    backend: self.name.clone(),
+                    max: self.max_connections,
+                });
+            }
+            idle.wake.notify_one();
+        }
+        Ok(())
     }
 
     /// Sends a request for incarnation `gen` and waits for its response.
@@ -439,7 +474,9 @@ impl Core {
 
 impl Drop for Core {
     fn drop(&mut self) {
-        self.stats.release();
+        if self.reserved.load(Ordering::Acquire) {
+            self.stats.release();
+        }
     }
 }
 

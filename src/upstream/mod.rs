@@ -18,6 +18,7 @@ mod core;
 mod error;
 mod handshake;
 mod http;
+mod idle;
 mod incoming;
 mod listen;
 mod pending;
@@ -60,6 +61,8 @@ impl Conn {
         owner: Option<Sink>,
         stats: Arc<BackendStats>,
     ) -> Arc<Self> {
+        // A warm connection (no owner yet) is not idle until a session adopts it.
+        let owner_known = owner.is_some();
         let (out_tx, out_rx) = mpsc::channel(OUTGOING_QUEUE);
         let (state, _) = watch::channel(State::Starting);
         let core = Arc::new(Core {
@@ -96,6 +99,11 @@ impl Conn {
             tool_headers: Mutex::new(None),
             probing: Mutex::new(None),
             start_stderr: Mutex::new(Vec::new()),
+            idle: cfg
+                .idle_timeout
+                .map(|after| idle::IdleStop::new(after, owner_known)),
+            reserved: std::sync::atomic::AtomicBool::new(true),
+            max_connections: cfg.pool.max_connections,
         });
         core.stats.track(&core);
         let shutdown = CancellationToken::new();

@@ -121,14 +121,15 @@ impl BackendStats {
         self.live.fetch_sub(1, Ordering::AcqRel);
     }
 
-    /// (live connections, requests waiting for the backend) right now.
+    /// (live connections, requests waiting for the backend) right now. A parked
+    /// connection (`idle_timeout`) has no process or session: not live.
     pub fn load(&self) -> (usize, usize) {
         let mut v = self.conns.lock();
         v.retain(|w| w.strong_count() > 0);
         let live: Vec<_> = v
             .iter()
             .filter_map(Weak::upgrade)
-            .filter(|c| !c.is_closed())
+            .filter(|c| !c.is_closed() && !matches!(*c.state.borrow(), super::core::State::Parked))
             .collect();
         (live.len(), live.iter().map(|c| c.pending_len()).sum())
     }

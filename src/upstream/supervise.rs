@@ -46,8 +46,26 @@ pub(super) async fn supervise<T: Transport>(
         let _ = core.state.send_replace(State::Starting);
         core.live_gen.store(gen, Ordering::Release);
         let started = Instant::now();
-        let outcome = transport.run(&core, gen, &mut out_rx, &shutdown).await;
+        // Cancelled by the idle watcher (`idle_timeout`) or with `shutdown`.
+        let park = shutdown.child_token();
+        let outcome = {
+            let run = transport.run(&core, gen, &mut out_rx, &park);
+            tokio::pin!(run);
+            tokio::select! {
+                o = &mut run => o,
+                () = until_idle(&core) => {
+                    park.cancel();
+                    run.await
+                }
+            }
+        };
         core.live_gen.store(0, Ordering::Release);
+        if park.is_cancelled() && !shutdown.is_cancelled() {
+            if !parked(&core, &mut out_rx, &shutdown).await {
+                break;
+            }
+            continue;
+        }
         let Some(reason) = outcome.filter(|_| !shutdown.is_cancelled()) else {
             break;
         };
@@ -90,6 +108,43 @@ pub(super) async fn supervise<T: Transport>(
     }
     let _ = core.state.send_replace(State::Closed);
     core.fail_pending(None, "backend shut down");
+}
+
+/// Resolves when an `idle_timeout` connection should stop; never without one.
+async fn until_idle(core: &Core) {
+    match &core.idle {
+        Some(idle) => idle.until_idle(core).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// A connection stopped for being idle: gives up its place under
+/// `pool.max_connections` and waits until a request has taken one back for it
+/// (`Core::unpark`). False when shut down meanwhile.
+async fn parked(
+    core: &Core,
+    out_rx: &mut mpsc::Receiver<Outgoing>,
+    shutdown: &CancellationToken,
+) -> bool {
+    let Some(idle) = &core.idle else {
+        return true;
+    };
+    core.fail_pending(None, "backend stopped while idle");
+    // The place is given up before requests can see the state that takes it back.
+    if core.reserved.swap(false, Ordering::AcqRel) {
+        core.stats.release();
+    }
+    let _ = core.state.send_replace(State::Parked);
+    tracing::info!(backend = %core.name, idle = %crate::telemetry::human(idle.after), "idle connection stopped; the next request starts it again");
+    while !core.reserved.load(Ordering::Acquire) {
+        tokio::select! {
+            () = idle.wake.notified() => {}
+            () = shutdown.cancelled() => return false,
+        }
+    }
+    // Nothing queued for the stopped incarnation is for the next.
+    while out_rx.try_recv().is_ok() {}
+    true
 }
 
 /// Exponential backoff between restarts.
