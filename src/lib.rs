@@ -15,6 +15,7 @@ pub mod process_tree;
 pub mod router;
 pub mod session;
 pub mod sse;
+pub mod status_cli;
 pub mod supervisor;
 pub mod telemetry;
 #[cfg(test)]

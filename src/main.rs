@@ -29,6 +29,8 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
          --session-mode shared
   gantry --http docs=https://mcp.example.com/mcp --listen 0.0.0.0:8080
   gantry --config gantry.toml                 everything else: see config/gantry.example.toml
+  gantry check-config gantry.toml             every problem of a file, in one run
+  gantry status http://127.0.0.1:8080         a running Gantry's backends (--key for [auth])
 
 --env, --env-pass and --session-mode apply to the --stdio or --http given just before them."
 )]
@@ -130,6 +132,20 @@ enum Command {
         /// for another machine or a container image).
         #[arg(long)]
         file_only: bool,
+    },
+    /// Show a running Gantry's backends: state, mode, connections, restarts, eras,
+    /// last error. Exit status 0 when ready, 2 when not ready, 1 when it cannot be
+    /// asked.
+    Status {
+        /// Where Gantry listens (its origin or its MCP endpoint URL).
+        #[arg(default_value = "http://127.0.0.1:8080")]
+        url: String,
+        /// An API key, when Gantry has `[auth]` keys (or set GANTRY_API_KEY).
+        #[arg(long, env = "GANTRY_API_KEY", hide_env_values = true)]
+        key: Option<String>,
+        /// Print the `/status` JSON as it came.
+        #[arg(long)]
+        json: bool,
     },
     /// Run the built-in example MCP server over stdio (the demo backend).
     #[command(hide = true)]
@@ -289,6 +305,35 @@ fn check_config(path: &Path, file_only: bool) -> std::process::ExitCode {
 }
 
 /// Runs `fut` on a multi-threaded runtime; an error is printed as `what: error`.
+fn status(url: &str, key: Option<&str>, json: bool) -> std::process::ExitCode {
+    let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    else {
+        eprintln!("gantry status: cannot start the runtime");
+        return std::process::ExitCode::FAILURE;
+    };
+    match rt.block_on(gantry::status_cli::fetch(url, key)) {
+        Ok((ready, full)) => {
+            let report = gantry::status_cli::render(url, &ready, &full);
+            if json {
+                println!("{full:#}");
+            } else {
+                print!("{}", report.text);
+            }
+            if report.ready {
+                std::process::ExitCode::SUCCESS
+            } else {
+                std::process::ExitCode::from(2)
+            }
+        }
+        Err(e) => {
+            eprintln!("gantry status: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
 fn block_on(
     what: &str,
     logged: bool,
@@ -341,6 +386,7 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse_ordered();
     match &cli.command {
         Some(Command::CheckConfig { file, file_only }) => return check_config(file, *file_only),
+        Some(Command::Status { url, key, json }) => return status(url, key.as_deref(), *json),
         Some(Command::ExampleServer { session_era_only }) => {
             let eras = if *session_era_only {
                 gantry_example::Eras::SessionOnly

@@ -151,7 +151,20 @@ async fn readiness_and_status_follow_a_required_backend_down_and_up() {
         "{body}"
     );
     assert!(metric_until(&g, "gantry_backend_up{backend=\"mb\"}", |v| v == 0.0).await);
+    // `gantry status` says the same, and exits 2 (not ready).
+    let (code, out, _) = gantry_status(&g.base, None);
+    assert_eq!(code, Some(2), "{out}");
+    let row = out
+        .lines()
+        .find(|l| l.starts_with("mb "))
+        .unwrap_or_default();
+    assert!(row.contains("restarting") && row.contains("yes"), "{out}");
+    assert!(out.contains("mb: restarting now: process exited"), "{out}");
     until_ready(&g, 200, Duration::from_secs(15)).await;
+    let (code, out, _) = gantry_status(&g.base, None);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains(": ready;"), "{out}");
+    assert!(out.contains("mb: last error"), "{out}");
     assert!(metric_until(&g, "gantry_backend_up{backend=\"mb\"}", |v| v == 1.0).await);
 
     let status: serde_json::Value = c
@@ -224,6 +237,32 @@ async fn status_needs_credentials_when_keys_are_configured() {
     assert_eq!(ok.status(), 200);
     let body: serde_json::Value = ok.json().await.unwrap();
     assert_eq!(body["backends"][0]["name"], "example", "{body}");
+
+    let (code, _, err) = gantry_status(&format!("{}/mcp", g.base), None);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("answered 401") && err.contains("GANTRY_API_KEY"),
+        "{err}"
+    );
+    let (code, out, err) = gantry_status(&format!("{}/mcp", g.base), Some("ops-key"));
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.lines().any(|l| l.starts_with("example ")), "{out}");
+}
+
+/// Runs `gantry status URL` (the key through `GANTRY_API_KEY`): exit code, stdout,
+/// stderr.
+fn gantry_status(url: &str, key: Option<&str>) -> (Option<i32>, String, String) {
+    let mut cmd = std::process::Command::new(gantry_bin());
+    cmd.args(["status", url]).env_remove("GANTRY_API_KEY");
+    if let Some(k) = key {
+        cmd.env("GANTRY_API_KEY", k);
+    }
+    let out = cmd.output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 /// A command that is not there, and a `${VAR}` in `args` (never expanded), are

@@ -262,6 +262,9 @@ async fn status(State(app): State<Arc<App>>) -> HttpResponse {
         .map(|(((name, stats), (_, required, state)), cfg)| {
             let (connections, pending) = stats.load();
             let era = |e: crate::mcp::Era| stats.eras.get(e);
+            let last_error = stats.last_failure().map(|(ago, reason)| {
+                serde_json::json!({ "reason": reason, "seconds_ago": ago.as_secs() })
+            });
             let b = serde_json::json!({
                 "name": name,
                 "required": required,
@@ -270,6 +273,7 @@ async fn status(State(app): State<Arc<App>>) -> HttpResponse {
                 "connections": connections,
                 "pending_requests": pending,
                 "restarts": BackendStats::get(&stats.restarts),
+                "last_error": last_error,
                 "speaks": {
                     "session": era(crate::mcp::Era::Session),
                     "stateless": era(crate::mcp::Era::Stateless),

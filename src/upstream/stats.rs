@@ -142,6 +142,16 @@ impl BackendStats {
         self.health.lock().failed = Some((tokio::time::Instant::now(), reason.to_owned()));
     }
 
+    /// The last failure of any connection (start-up, handshake, crash), and how long
+    /// ago it was.
+    pub fn last_failure(&self) -> Option<(std::time::Duration, String)> {
+        self.health
+            .lock()
+            .failed
+            .as_ref()
+            .map(|(at, why)| (at.elapsed(), why.clone()))
+    }
+
     /// The backend's state, from its live connections and, when it has none, from
     /// how the last one fared.
     pub fn state(&self) -> BackendState {
