@@ -461,6 +461,42 @@ fn every_typo_is_reported_in_one_run() {
     }
 }
 
+/// Broken TOML syntax on several lines — an unterminated string, an unquoted
+/// duration, an unclosed array, a broken table header — is reported line by line in
+/// one run, and the settings are still checked (the typo below the broken header).
+#[test]
+fn every_syntax_error_is_reported_in_one_run() {
+    let dir = Scratch::new("syntax");
+    let file = dir.file("gantry.toml");
+    std::fs::write(
+        &file,
+        "[server]\nlisten = \"127.0.0.1:8080\nsession_idle_timeout = 5m\n\n\
+         [[backends]]\nname = \"a\"\nstdio = { command = \"cat\", args = [\"x\" }\n\n\
+         [[backends\nname = \"b\"\nhttp = { url = \"http://127.0.0.1:1/mcp\" }\nrequest_timout = \"2s\"\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(gantry_bin())
+        .args(["check-config", &file.display().to_string()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    for want in [
+        "line 2, column 25",
+        "line 3, column 25",
+        "(text and durations are quoted: `session_idle_timeout = \"5m\"`)",
+        "line 7, column",
+        "line 9, column 11",
+        "line 12, column 1",
+        "(`request_timout`: did you mean `request_timeout`?)",
+    ] {
+        assert_eq!(err.matches(want).count(), 1, "{want} in {err}");
+    }
+    // Nothing the broken lines merely caused: no duplicate `name`, no missing field.
+    assert!(!err.contains("duplicate key"), "{err}");
+    assert!(!err.contains("missing field"), "{err}");
+}
+
 /// `check-config --file-only` checks a file meant for another machine: its commands
 /// need not exist here.
 #[test]

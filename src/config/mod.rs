@@ -80,19 +80,28 @@ impl Config {
 }
 
 /// Parses a configuration file, reporting every problem the parser finds rather
-/// than the first: after an error on a one-line `key = value` (an unknown key, a
-/// value of the wrong kind), that line is set aside and parsing goes on. An error
-/// elsewhere (broken syntax) ends the list, since what follows it would mislead.
+/// than the first. Syntax first: the line of each syntax error is set aside and
+/// parsing goes on, so every broken line is reported. Then the settings: after an
+/// error on a one-line `key = value` (an unknown key, a value of the wrong kind), that
+/// line is set aside likewise. When a syntax error cost a table header, the settings
+/// are not checked (every key below it would seem misplaced), and "missing" errors
+/// after a syntax error are left out (the line set aside may be what holds the key).
 pub fn parse_all(text: &str) -> Result<ConfigFile, Vec<String>> {
-    let mut text = text.to_owned();
-    let mut errors = Vec::new();
+    let (mut text, mut errors, lost_header) = syntax_pass(text);
+    if lost_header {
+        return Err(errors);
+    }
+    let after_syntax = !errors.is_empty();
     for _ in 0..32 {
         let e = match toml::from_str::<ConfigFile>(&text) {
             Ok(file) if errors.is_empty() => return Ok(file),
             Ok(_) => return Err(errors),
             Err(e) => e,
         };
-        errors.push(hint(e.to_string()));
+        let message = e.to_string();
+        if !(after_syntax && message.contains("missing field")) {
+            errors.push(hint(message));
+        }
         let Some(line) = e.span().and_then(|span| simple_line(&text, span.start)) else {
             return Err(errors);
         };
@@ -101,6 +110,87 @@ pub fn parse_all(text: &str) -> Result<ConfigFile, Vec<String>> {
         text.replace_range(line, &blank);
     }
     Err(errors)
+}
+
+/// Most syntax errors reported in one run.
+const MAX_SYNTAX_ERRORS: usize = 16;
+
+/// Every syntax error, each line in error blanked in the text returned; and whether
+/// one of those lines was a table header.
+fn syntax_pass(text: &str) -> (String, Vec<String>, bool) {
+    let mut text = text.to_owned();
+    let mut errors = Vec::new();
+    let mut lost_header = false;
+    while errors.len() < MAX_SYNTAX_ERRORS {
+        let Err(e) = toml::from_str::<toml::Table>(&text) else {
+            break;
+        };
+        let line = e.span().and_then(|span| line_at(&text, span.start));
+        let Some(line) = line.filter(|l| !text.get(l.clone()).unwrap_or("").trim().is_empty())
+        else {
+            errors.push(e.to_string());
+            lost_header = true; // nothing to set aside: stop here
+            break;
+        };
+        let content = text.get(line.clone()).unwrap_or("").trim().to_owned();
+        errors.push(syntax_hint(e.to_string(), &content));
+        // A broken header is mended (`[[backends` → `[[backends]]`) so the keys below
+        // stay in their table; one that cannot be is lost.
+        let replacement = if content.starts_with('[') {
+            let mended = mend_header(&content);
+            lost_header |= mended.is_none();
+            mended.unwrap_or_default()
+        } else {
+            String::new()
+        };
+        let padded = format!("{replacement:<width$}", width = line.len());
+        text.replace_range(line, &padded);
+    }
+    (text, errors, lost_header)
+}
+
+/// `[name` / `[[name` / `[name.sub]x` → the header meant, when its name is plain.
+fn mend_header(line: &str) -> Option<String> {
+    let double = line.starts_with("[[");
+    let rest = line.trim_start_matches('[');
+    let name: String = rest
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+        .collect();
+    let name = name.trim_matches('.');
+    if name.is_empty() {
+        return None;
+    }
+    Some(if double {
+        format!("[[{name}]]")
+    } else {
+        format!("[{name}]")
+    })
+}
+
+/// The byte range of the line holding `at` (without its newline).
+fn line_at(text: &str, at: usize) -> Option<std::ops::Range<usize>> {
+    let at = at.min(text.len());
+    let start = text.get(..at)?.rfind('\n').map_or(0, |i| i + 1);
+    let end = text.get(at..)?.find('\n').map_or(text.len(), |i| at + i);
+    Some(start..end)
+}
+
+/// A syntax error, with what an unquoted value usually means.
+fn syntax_hint(message: String, line: &str) -> String {
+    let value = line.split_once('=').map(|(_, v)| v.trim()).unwrap_or("");
+    let bare = !value.is_empty()
+        && !value.starts_with(['"', '\'', '[', '{'])
+        && value.parse::<f64>().is_err()
+        && !matches!(value, "true" | "false");
+    if bare {
+        format!(
+            "{message}\n(text and durations are quoted: `{}= \"{value}\"`)",
+            line.split_once('=').map_or("", |(k, _)| k)
+        )
+    } else {
+        message
+    }
 }
 
 /// The byte range of the line holding `at`, if it is a whole `key = value` line
