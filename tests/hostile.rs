@@ -312,8 +312,11 @@ async fn a_client_that_stops_reading_is_disconnected_and_resumes_its_answer() {
         metric_until(&g, "gantry_calls_in_flight", |n| n == 1.0).await,
         "the call did not start"
     );
+    // 8 MB through a Python backend: slow on a loaded machine.
     assert!(
-        metric_until(&g, "gantry_calls_in_flight", |n| n == 0.0).await,
+        metric_within(&g, "gantry_calls_in_flight", Duration::from_secs(40), |n| n
+            == 0.0)
+        .await,
         "the call did not finish"
     );
     tokio::time::sleep(Duration::from_secs(2)).await; // stalled longer than write_timeout

@@ -506,7 +506,17 @@ pub(crate) async fn metric(g: &Gantry, name: &str) -> Option<f64> {
 
 /// Polls a metric (bounded, 10 s) until `ok` holds; false if it never did.
 pub(crate) async fn metric_until(g: &Gantry, name: &str, ok: impl Fn(f64) -> bool) -> bool {
-    let end = Instant::now() + Duration::from_secs(10);
+    metric_within(g, name, Duration::from_secs(10), ok).await
+}
+
+/// [`metric_until`] with another bound (work that takes long on a loaded machine).
+pub(crate) async fn metric_within(
+    g: &Gantry,
+    name: &str,
+    within: Duration,
+    ok: impl Fn(f64) -> bool,
+) -> bool {
+    let end = Instant::now() + within;
     while Instant::now() < end {
         if metric(g, name).await.is_some_and(&ok) {
             return true;
