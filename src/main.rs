@@ -417,7 +417,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         .with_context(|| format!("cannot listen on {}", cfg.listen))?;
     let addr = listener.local_addr()?;
     let path = cfg.server.path.clone();
-    if !addr.ip().is_loopback() && cfg.auth.api_keys.is_empty() {
+    if !addr.ip().is_loopback() && cfg.auth.api_keys.is_empty() && cfg.auth.oauth.is_none() {
         tracing::warn!(%addr, "listening beyond loopback without authentication: every caller is the anonymous principal");
     }
     for f in config::preflight::check(&cfg, &|k| std::env::var(k).ok()) {
@@ -426,6 +426,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     let backends: Vec<String> = cfg.backends.iter().map(|b| b.name.clone()).collect();
     tracing::info!(backends = ?backends, "listening on http://{addr}{path}");
     eprintln!("gantry listening on http://{addr}{path}");
+    let mut cfg = cfg;
+    if cfg.auth.oauth.is_some() && cfg.server.public_url.is_none() {
+        // On loopback (validated): the URL this listener is reached at.
+        cfg.server.public_url = Some(format!("http://{addr}{path}"));
+    }
     let app = gantry::front::App::new(cfg)?;
     let stop = CancellationToken::new();
     tokio::spawn(shutdown_signal(stop.clone()));

@@ -61,7 +61,7 @@ async fn get_json(
     let shown = url.to_string();
     let resp = req.send().await.map_err(|e| StatusError::Unreachable {
         url: shown.clone(),
-        reason: chain(&e.without_url()),
+        reason: crate::telemetry::error_chain(&e.without_url()),
     })?;
     let status = resp.status().as_u16();
     if !(resp.status().is_success() || accept_503 && status == 503) {
@@ -79,7 +79,7 @@ async fn get_json(
     }
     resp.json().await.map_err(|e| StatusError::NotGantry {
         url: shown,
-        reason: chain(&e.without_url()),
+        reason: crate::telemetry::error_chain(&e.without_url()),
     })
 }
 
@@ -104,21 +104,6 @@ pub async fn fetch(given: &str, key: Option<&str>) -> Result<(Value, Value), Sta
         });
     }
     Ok((ready, full))
-}
-
-/// An error with its causes ("error sending request: … Connection refused").
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        let s = c.to_string();
-        if !out.contains(&s) {
-            out.push_str(": ");
-            out.push_str(&s);
-        }
-        cur = c.source();
-    }
-    out
 }
 
 fn text(v: &Value) -> String {

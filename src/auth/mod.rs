@@ -13,11 +13,16 @@
 //! or any stream starts. This module does not know HTTP responses: the front door maps
 //! an [`AuthError`] to a status, a JSON-RPC body and the [`AuthError::challenge`].
 //!
-//! An OAuth 2.1 resource server (JWT access tokens) will be a second source behind the
-//! same [`Authenticator::authenticate`].
+//! With `[auth.oauth]`, OAuth 2.1 access tokens (JWT) of trusted authorization
+//! servers are a second source ([`oauth`]). A bearer value that matches a configured
+//! key is that key; any other is a token: the two are never confused (a key is an
+//! exact digest match, and `X-API-Key` carries keys only).
+
+pub mod oauth;
 
 use crate::config::AuthConfig;
 use http::header::{HeaderMap, AUTHORIZATION};
+use oauth::{OAuthError, ResourceServer, TokenInfo};
 use sha2::{Digest, Sha256};
 use std::fmt;
 use std::sync::Arc;
@@ -34,41 +39,76 @@ pub const API_KEY_HEADER: &str = "x-api-key";
 pub const REALM: &str = "gantry";
 
 /// An authenticated caller. Sessions (and `per-user` backend connections) belong to
-/// one principal; two requests with the same principal are the same caller.
-#[derive(Clone, PartialEq, Eq, Hash)]
-pub struct Principal(Arc<str>);
+/// one principal; two requests with the same principal are the same caller. An OAuth
+/// caller is its (issuer, subject): a refreshed token keeps its sessions.
+#[derive(Clone)]
+pub struct Principal {
+    name: Arc<str>,
+    token: Option<Arc<TokenInfo>>,
+}
+
+impl PartialEq for Principal {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+    }
+}
+
+impl Eq for Principal {}
+
+impl std::hash::Hash for Principal {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.name.hash(state);
+    }
+}
 
 impl Principal {
     /// The principal of every caller when authentication is off.
     pub fn anonymous() -> Self {
-        Self(Arc::from(ANONYMOUS))
+        Self::named(ANONYMOUS)
     }
 
     /// A principal with this name (as configured; validated by the config loader).
     pub fn named(name: &str) -> Self {
-        Self(Arc::from(name))
+        Self {
+            name: Arc::from(name),
+            token: None,
+        }
+    }
+
+    /// The caller an access token speaks for: `<subject>@<issuer>` (no API-key
+    /// principal can contain `/` or `:`, so the two never collide).
+    pub fn from_token(info: TokenInfo) -> Self {
+        Self {
+            name: Arc::from(format!("{}@{}", info.subject, info.issuer)),
+            token: Some(Arc::new(info)),
+        }
     }
 
     /// The name: what sessions are bound to and what logs show.
     pub fn as_str(&self) -> &str {
-        &self.0
+        &self.name
     }
 
     /// Whether this is the anonymous principal (authentication off).
     pub fn is_anonymous(&self) -> bool {
-        &*self.0 == ANONYMOUS
+        &*self.name == ANONYMOUS
+    }
+
+    /// The access token's claims, for an OAuth caller.
+    pub fn token(&self) -> Option<&TokenInfo> {
+        self.token.as_deref()
     }
 }
 
 impl fmt::Display for Principal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(&self.name)
     }
 }
 
 impl fmt::Debug for Principal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Principal({:?})", &*self.0)
+        write!(f, "Principal({:?})", &*self.name)
     }
 }
 
@@ -84,19 +124,45 @@ pub enum AuthError {
     /// A key was presented and matches none configured: 401, `error="invalid_token"`.
     #[error("Unauthorized: the API key is not valid")]
     InvalidKey,
-    /// Credentials that cannot be read (two of them, an empty one, not visible ASCII):
-    /// 400, `error="invalid_request"` (RFC 6750 §3.1).
+    /// Credentials that cannot be read (two of them, an empty one, not visible ASCII,
+    /// a token in the query string): 400, `error="invalid_request"` (RFC 6750 §3.1).
     #[error("Bad Request: {0}")]
     Malformed(&'static str),
+    /// With OAuth on, no credentials: 401 with the challenge that starts a login.
+    #[error("Unauthorized: an access token is required (`Authorization: Bearer <token>`; the WWW-Authenticate header says where to get one)")]
+    NoToken,
+    /// An access token that was not accepted (401 / 403 / 503).
+    #[error("{}", token_message(.0))]
+    Token(OAuthError),
+}
+
+fn token_message(e: &OAuthError) -> String {
+    match e {
+        OAuthError::Invalid(why) => format!("Unauthorized: {why}"),
+        OAuthError::InsufficientScope { .. } => format!("Forbidden: {e}"),
+        OAuthError::Unavailable(_) => format!("Service Unavailable: {e}"),
+    }
 }
 
 impl AuthError {
     /// The `WWW-Authenticate` value that goes with this refusal (RFC 6750 §3).
     pub fn challenge(&self) -> &'static str {
         match self {
-            Self::Missing => "Bearer realm=\"gantry\"",
-            Self::InvalidKey => "Bearer realm=\"gantry\", error=\"invalid_token\"",
+            Self::Missing | Self::NoToken | Self::Token(OAuthError::Unavailable(_)) => {
+                "Bearer realm=\"gantry\""
+            }
+            Self::InvalidKey | Self::Token(_) => "Bearer realm=\"gantry\", error=\"invalid_token\"",
             Self::Malformed(_) => "Bearer realm=\"gantry\", error=\"invalid_request\"",
+        }
+    }
+
+    /// The HTTP status this refusal gets.
+    pub fn status(&self) -> u16 {
+        match self {
+            Self::Malformed(_) => 400,
+            Self::Token(OAuthError::InsufficientScope { .. }) => 403,
+            Self::Token(OAuthError::Unavailable(_)) => 503,
+            _ => 401,
         }
     }
 }
@@ -113,6 +179,7 @@ pub struct Authenticator {
     /// fails to decode (impossible after validation) can never turn authentication off.
     required: bool,
     keys: Vec<ApiKey>,
+    oauth: Option<ResourceServer>,
 }
 
 impl fmt::Debug for Authenticator {
@@ -120,12 +187,32 @@ impl fmt::Debug for Authenticator {
         f.debug_struct("Authenticator")
             .field("required", &self.required)
             .field("keys", &self.keys.len())
+            .field("oauth", &self.oauth)
             .finish()
     }
 }
 
 impl Authenticator {
-    /// Builds the authenticator for a validated `[auth]` section.
+    /// Builds the authenticator for a validated `[auth]` section; `public_url` is the
+    /// MCP endpoint's public URL (required with `[auth.oauth]`).
+    pub fn with_oauth(cfg: &AuthConfig, public_url: Option<&str>) -> Result<Self, String> {
+        let mut a = Self::new(cfg);
+        if let Some(o) = &cfg.oauth {
+            let url = public_url.ok_or("[auth.oauth] needs the public URL of the MCP endpoint")?;
+            let rs = ResourceServer::new(o, url)?;
+            tracing::info!(issuers = ?o.issuers.iter().map(|i| i.issuer.as_str()).collect::<Vec<_>>(), resource = url, "OAuth access tokens are accepted");
+            a.oauth = Some(rs);
+            a.required = true;
+        }
+        Ok(a)
+    }
+
+    /// The OAuth resource server, when `[auth.oauth]` is configured.
+    pub fn oauth(&self) -> Option<&ResourceServer> {
+        self.oauth.as_ref()
+    }
+
+    /// Builds the authenticator for a validated `[auth]` section (API keys only).
     pub fn new(cfg: &AuthConfig) -> Self {
         let keys: Vec<ApiKey> = cfg
             .api_keys
@@ -145,6 +232,7 @@ impl Authenticator {
         let auth = Self {
             required: !cfg.api_keys.is_empty(),
             keys,
+            oauth: None,
         };
         if auth.required {
             let mut principals: Vec<&str> =
@@ -165,13 +253,69 @@ impl Authenticator {
         self.required
     }
 
-    /// The principal behind these request headers.
-    pub fn authenticate(&self, headers: &HeaderMap) -> Result<Principal, AuthError> {
+    /// The principal behind these request headers. `query` is the request's query
+    /// string: an access token there is refused (it would end up in logs).
+    pub async fn authenticate(
+        &self,
+        headers: &HeaderMap,
+        query: Option<&str>,
+    ) -> Result<Principal, AuthError> {
         if !self.required {
             return Ok(Principal::anonymous());
         }
-        let key = presented_key(headers)?.ok_or(AuthError::Missing)?;
-        self.lookup(key).ok_or(AuthError::InvalidKey)
+        if query.is_some_and(|q| {
+            q.split('&')
+                .any(|kv| kv.split('=').next() == Some("access_token"))
+        }) {
+            return Err(AuthError::Malformed(
+                "access tokens in the query string are refused; send `Authorization: Bearer <token>`",
+            ));
+        }
+        let missing = if self.oauth.is_some() {
+            AuthError::NoToken
+        } else {
+            AuthError::Missing
+        };
+        let (value, via_bearer) = presented_key(headers)?.ok_or(missing)?;
+        if let Some(p) = self.lookup(value) {
+            return Ok(p);
+        }
+        match &self.oauth {
+            Some(rs) if via_bearer => rs
+                .validate(value)
+                .await
+                .map(Principal::from_token)
+                .map_err(AuthError::Token),
+            _ => Err(AuthError::InvalidKey),
+        }
+    }
+
+    /// The `WWW-Authenticate` value for a refusal: with OAuth on, one that names
+    /// the protected-resource metadata (and the scopes to ask for).
+    pub fn challenge(&self, e: &AuthError) -> String {
+        let Some(rs) = &self.oauth else {
+            return e.challenge().to_owned();
+        };
+        match e {
+            AuthError::Missing
+            | AuthError::NoToken
+            | AuthError::Token(OAuthError::Unavailable(_)) => rs.challenge(None, None),
+            AuthError::InvalidKey => rs.challenge(
+                Some(("invalid_token", "the credentials are not valid")),
+                None,
+            ),
+            AuthError::Token(OAuthError::Invalid(why)) => {
+                rs.challenge(Some(("invalid_token", why)), None)
+            }
+            AuthError::Token(OAuthError::InsufficientScope { missing, ask }) => rs.challenge(
+                Some((
+                    "insufficient_scope",
+                    &format!("this request needs the scope {missing}"),
+                )),
+                Some(ask),
+            ),
+            AuthError::Malformed(why) => rs.challenge(Some(("invalid_request", why)), None),
+        }
     }
 
     /// The principal of `key`, scanning every configured digest in constant time.
@@ -199,7 +343,7 @@ impl Authenticator {
 /// An `Authorization` header of another scheme (`Basic …`) is not ours and is
 /// ignored. Two ways of sending a key at once, a repeated header, an empty key or a
 /// value that is not visible ASCII is malformed (RFC 6750 §2: one method per request).
-fn presented_key(headers: &HeaderMap) -> Result<Option<&str>, AuthError> {
+fn presented_key(headers: &HeaderMap) -> Result<Option<(&str, bool)>, AuthError> {
     let bearer = match single(headers, AUTHORIZATION.as_str())? {
         None => None,
         Some(v) => {
@@ -222,7 +366,9 @@ fn presented_key(headers: &HeaderMap) -> Result<Option<&str>, AuthError> {
         (Some(_), Some(_)) => Err(AuthError::Malformed(
             "send the API key in Authorization or in X-API-Key, not both",
         )),
-        (b, k) => Ok(b.or(k)),
+        (Some(b), None) => Ok(Some((b, true))),
+        (None, Some(k)) => Ok(Some((k, false))),
+        (None, None) => Ok(None),
     }
 }
 
@@ -254,7 +400,7 @@ fn token<'a>(v: &'a str, empty: &'static str) -> Result<&'a str, AuthError> {
         .bytes()
         .any(|b| b.is_ascii_whitespace() || b.is_ascii_control())
     {
-        Err(AuthError::Malformed("the API key contains whitespace"))
+        Err(AuthError::Malformed("the credentials contain whitespace"))
     } else {
         Ok(v)
     }
@@ -303,6 +449,7 @@ mod tests {
 
     fn auth(keys: &[(&str, &str)]) -> Authenticator {
         Authenticator::new(&AuthConfig {
+            oauth: None,
             api_keys: keys
                 .iter()
                 .map(|(principal, key)| ApiKeyConfig {
@@ -311,6 +458,13 @@ mod tests {
                 })
                 .collect(),
         })
+    }
+
+    fn authn(a: &Authenticator, h: &HeaderMap) -> Result<Principal, AuthError> {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(a.authenticate(h, None))
     }
 
     fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
@@ -336,15 +490,15 @@ mod tests {
     #[test]
     fn bearer_and_x_api_key_are_read() {
         let h = headers(&[("authorization", "Bearer k1")]);
-        assert_eq!(presented_key(&h), Ok(Some("k1")));
+        assert_eq!(presented_key(&h), Ok(Some(("k1", true))));
         let h = headers(&[("authorization", "bearer   k1 ")]);
         assert_eq!(
             presented_key(&h),
-            Ok(Some("k1")),
+            Ok(Some(("k1", true))),
             "scheme is case-insensitive"
         );
         let h = headers(&[("x-api-key", " k2 ")]);
-        assert_eq!(presented_key(&h), Ok(Some("k2")));
+        assert_eq!(presented_key(&h), Ok(Some(("k2", false))));
         assert_eq!(presented_key(&HeaderMap::new()), Ok(None));
     }
 
@@ -356,7 +510,7 @@ mod tests {
         assert_eq!(presented_key(&h), Ok(None));
         // A Basic header beside an X-API-Key is not "two methods".
         let h = headers(&[("authorization", "Basic eA=="), ("x-api-key", "k2")]);
-        assert_eq!(presented_key(&h), Ok(Some("k2")));
+        assert_eq!(presented_key(&h), Ok(Some(("k2", false))));
     }
 
     #[test]
@@ -394,7 +548,7 @@ mod tests {
             HeaderMap::new(),
             headers(&[("authorization", "Bearer whatever")]),
         ] {
-            let p = a.authenticate(&h).unwrap();
+            let p = authn(&a, &h).unwrap();
             assert!(p.is_anonymous());
             assert_eq!(p.as_str(), ANONYMOUS);
         }
@@ -404,38 +558,37 @@ mod tests {
     fn keys_map_to_their_principals() {
         let a = auth(&[("alice", ALICE_KEY), ("bob", BOB_KEY), ("alice", "alice-2")]);
         assert!(a.is_required());
-        let p = a
-            .authenticate(&headers(&[("authorization", "Bearer alice-key")]))
-            .unwrap();
+        let p = authn(&a, &headers(&[("authorization", "Bearer alice-key")])).unwrap();
         assert_eq!(p, Principal::named("alice"));
         assert!(!p.is_anonymous());
-        let p = a.authenticate(&headers(&[("x-api-key", BOB_KEY)])).unwrap();
+        let p = authn(&a, &headers(&[("x-api-key", BOB_KEY)])).unwrap();
         assert_eq!(p.as_str(), "bob");
         // Two keys of one principal (rotation): both work.
-        let p = a
-            .authenticate(&headers(&[("x-api-key", "alice-2")]))
-            .unwrap();
+        let p = authn(&a, &headers(&[("x-api-key", "alice-2")])).unwrap();
         assert_eq!(p.as_str(), "alice");
     }
 
     #[test]
     fn refusals() {
         let a = auth(&[("alice", ALICE_KEY)]);
-        assert_eq!(a.authenticate(&HeaderMap::new()), Err(AuthError::Missing));
+        assert_eq!(authn(&a, &HeaderMap::new()), Err(AuthError::Missing));
         assert_eq!(
-            a.authenticate(&headers(&[("authorization", "Basic eA==")])),
+            authn(&a, &headers(&[("authorization", "Basic eA==")])),
             Err(AuthError::Missing)
         );
         for wrong in ["alice-ke", "alice-key2", "ALICE-KEY", "bob-key"] {
             assert_eq!(
-                a.authenticate(&headers(&[("authorization", &format!("Bearer {wrong}"))])),
+                authn(
+                    &a,
+                    &headers(&[("authorization", &format!("Bearer {wrong}"))])
+                ),
                 Err(AuthError::InvalidKey),
                 "{wrong}"
             );
         }
         // The digest itself is not a key.
         assert_eq!(
-            a.authenticate(&headers(&[("x-api-key", &hex(ALICE_KEY))])),
+            authn(&a, &headers(&[("x-api-key", &hex(ALICE_KEY))])),
             Err(AuthError::InvalidKey)
         );
     }
@@ -443,9 +596,7 @@ mod tests {
     #[test]
     fn errors_never_show_the_key() {
         let a = auth(&[("alice", ALICE_KEY)]);
-        let e = a
-            .authenticate(&headers(&[("x-api-key", "wrong-secret")]))
-            .unwrap_err();
+        let e = authn(&a, &headers(&[("x-api-key", "wrong-secret")])).unwrap_err();
         assert!(!e.to_string().contains("wrong-secret"));
         assert!(!format!("{a:?}").contains(&hex(ALICE_KEY)));
     }
@@ -480,15 +631,16 @@ mod tests {
     #[test]
     fn an_undecodable_digest_fails_closed() {
         let a = Authenticator::new(&AuthConfig {
+            oauth: None,
             api_keys: vec![ApiKeyConfig {
                 principal: "alice".into(),
                 sha256: "not-hex".into(),
             }],
         });
         assert!(a.is_required());
-        assert_eq!(a.authenticate(&HeaderMap::new()), Err(AuthError::Missing));
+        assert_eq!(authn(&a, &HeaderMap::new()), Err(AuthError::Missing));
         assert_eq!(
-            a.authenticate(&headers(&[("x-api-key", "not-hex")])),
+            authn(&a, &headers(&[("x-api-key", "not-hex")])),
             Err(AuthError::InvalidKey)
         );
     }

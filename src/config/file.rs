@@ -90,6 +90,11 @@ pub struct ServerConfig {
     pub session_rate_per_client: u32,
     /// New sessions one client may open at once beyond that average. Default 1000.
     pub session_burst_per_client: u32,
+    /// The MCP endpoint's URL as clients reach it (`https://mcp.example.com/mcp`):
+    /// the OAuth resource identifier (tokens' `aud`), the `resource` of the
+    /// protected-resource metadata and the base of `resource_metadata`. Required with
+    /// `[auth.oauth]` unless Gantry listens on loopback (then `http://<listen><path>`).
+    pub public_url: Option<String>,
 }
 
 impl Default for ServerConfig {
@@ -116,6 +121,7 @@ impl Default for ServerConfig {
             max_sessions_per_client: 1000,
             session_rate_per_client: 1200,
             session_burst_per_client: 1000,
+            public_url: None,
         }
     }
 }
@@ -144,6 +150,74 @@ pub struct AuthConfig {
     /// and every caller is the one anonymous principal. Otherwise every request to
     /// the MCP endpoint and the legacy transport must present one of these keys.
     pub api_keys: Vec<ApiKeyConfig>,
+    /// OAuth 2.1 access tokens from trusted authorization servers (`[auth.oauth]`).
+    /// API keys keep working beside it.
+    pub oauth: Option<OAuthConfig>,
+}
+
+/// Gantry as an OAuth 2.1 resource server (`[auth.oauth]`).
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct OAuthConfig {
+    /// The authorization servers whose tokens are accepted (`[[auth.oauth.issuers]]`),
+    /// at least one. The first is the one clients are sent to log in with.
+    pub issuers: Vec<IssuerConfig>,
+    /// Scopes every request must carry (`scope` or `scp` claim). Default: none.
+    #[serde(default)]
+    pub required_scopes: Vec<String>,
+    /// `scopes_supported` of the protected-resource metadata (what clients ask for
+    /// when the challenge names none). Default: `required_scopes`. `offline_access`
+    /// is never published.
+    #[serde(default)]
+    pub scopes_supported: Option<Vec<String>>,
+    /// Signature algorithms accepted. Default: every asymmetric one (`RS256`,
+    /// `RS384`, `RS512`, `PS256`, `PS384`, `PS512`, `ES256`, `ES384`, `EdDSA`); `HS*`
+    /// and `none` are never accepted.
+    #[serde(default = "default_algorithms")]
+    pub algorithms: Vec<String>,
+    /// Clock skew allowed on `exp`, `nbf` and `iat`. Default `60s`.
+    #[serde(default = "default_leeway", with = "humantime_serde")]
+    pub leeway: Duration,
+    /// A token naming a key the issuer's JWKS lacks makes Gantry fetch the JWKS again,
+    /// at most once per this interval (random `kid`s cannot make it hammer the
+    /// issuer). Default `1m`.
+    #[serde(default = "default_jwks_refetch", with = "humantime_serde")]
+    pub jwks_refetch_interval: Duration,
+    /// `resource_name` of the protected-resource metadata. Default `Gantry`.
+    #[serde(default = "default_resource_name")]
+    pub resource_name: String,
+}
+
+/// One trusted authorization server.
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct IssuerConfig {
+    /// Its issuer identifier, exactly as in its metadata and its tokens' `iss`
+    /// (`https://idp.example.com/realms/main`). Its metadata is discovered from it
+    /// (RFC 8414, then OpenID Connect Discovery).
+    pub issuer: String,
+    /// Where its signing keys are, instead of the discovered `jwks_uri`.
+    #[serde(default)]
+    pub jwks_uri: Option<String>,
+}
+
+fn default_algorithms() -> Vec<String> {
+    super::ACCEPTABLE_ALGORITHMS
+        .iter()
+        .map(|a| (*a).to_owned())
+        .collect()
+}
+
+fn default_leeway() -> Duration {
+    Duration::from_secs(60)
+}
+
+fn default_jwks_refetch() -> Duration {
+    Duration::from_secs(60)
+}
+
+fn default_resource_name() -> String {
+    "Gantry".into()
 }
 
 /// One API key, stored as its SHA-256 only (`printf %s KEY | sha256sum`).

@@ -39,9 +39,11 @@ pub enum ConfigError {
 mod file;
 pub mod preflight;
 mod validate;
+mod validate_oauth;
 
 pub use file::*;
 pub use validate::*;
+pub use validate_oauth::{is_loopback_host, ACCEPTABLE_ALGORITHMS};
 
 /// The validated configuration.
 #[derive(Debug)]

@@ -3,6 +3,7 @@
 //! stream starts.
 
 use super::error::FrontError;
+use crate::auth::AuthError;
 use crate::front::App;
 use axum::extract::{Request as HttpRequest, State};
 use axum::http::{header, HeaderValue, Method, StatusCode};
@@ -18,21 +19,60 @@ pub(super) async fn authenticate(
     mut req: HttpRequest,
     next: Next,
 ) -> HttpResponse {
-    match app.auth.authenticate(req.headers()) {
+    match app
+        .auth
+        .authenticate(req.headers(), req.uri().query())
+        .await
+    {
         Ok(principal) => {
             req.extensions_mut().insert(principal);
             next.run(req).await
         }
         Err(e) => {
             // The reason only: never the presented credentials.
-            if e == crate::auth::AuthError::Missing {
+            if matches!(e, AuthError::Missing | AuthError::NoToken) {
                 tracing::debug!(method = %req.method(), path = req.uri().path(), "request refused: no credentials");
             } else {
                 tracing::info!(method = %req.method(), path = req.uri().path(), reason = %e, "request refused: bad credentials");
             }
-            FrontError::from(e).into_response()
+            let challenge = app.auth.challenge(&e);
+            FrontError::Unauthorized(e, challenge).into_response()
         }
     }
+}
+
+/// `GET /.well-known/oauth-protected-resource[/<path>]`: the RFC 9728 metadata,
+/// unauthenticated and readable from any origin (browser-based clients fetch it).
+pub(super) async fn resource_metadata(
+    State(app): State<Arc<App>>,
+    req: HttpRequest,
+) -> HttpResponse {
+    let Some(rs) = app.auth.oauth() else {
+        return StatusCode::NOT_FOUND.into_response();
+    };
+    let mut resp = if req.method() == Method::OPTIONS {
+        StatusCode::NO_CONTENT.into_response()
+    } else {
+        axum::Json(rs.metadata(req.uri().path())).into_response()
+    };
+    let h = resp.headers_mut();
+    h.insert(
+        header::ACCESS_CONTROL_ALLOW_ORIGIN,
+        HeaderValue::from_static("*"),
+    );
+    h.insert(
+        header::ACCESS_CONTROL_ALLOW_METHODS,
+        HeaderValue::from_static("GET, OPTIONS"),
+    );
+    h.insert(
+        header::ACCESS_CONTROL_ALLOW_HEADERS,
+        HeaderValue::from_static("MCP-Protocol-Version, Content-Type, Authorization"),
+    );
+    h.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("public, max-age=300"),
+    );
+    resp
 }
 
 pub(super) async fn check_origin(

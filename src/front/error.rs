@@ -15,10 +15,11 @@ pub enum FrontError {
     /// Host or Origin not allowed (DNS-rebinding protection): 403.
     #[error("Forbidden: {0}")]
     Forbidden(String),
-    /// No valid credentials (401) or unreadable ones (400), decided before anything
-    /// else but the Host/Origin check; carries a `WWW-Authenticate` challenge.
+    /// No valid credentials (401), unreadable ones (400), a token without a required
+    /// scope (403), tokens that cannot be checked now (503); decided before anything
+    /// else but the Host/Origin check. Carries its `WWW-Authenticate` challenge.
     #[error("{0}")]
-    Unauthorized(#[from] AuthError),
+    Unauthorized(AuthError, String),
     /// Method other than POST/GET/DELETE on the MCP endpoint: 405.
     #[error("Method not allowed")]
     MethodNotAllowed,
@@ -85,8 +86,9 @@ impl FrontError {
     pub fn status(&self) -> StatusCode {
         match self {
             Self::Forbidden(_) => StatusCode::FORBIDDEN,
-            Self::Unauthorized(AuthError::Malformed(_)) => StatusCode::BAD_REQUEST,
-            Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            Self::Unauthorized(e, _) => {
+                StatusCode::from_u16(e.status()).unwrap_or(StatusCode::UNAUTHORIZED)
+            }
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::NotAcceptable(_) => StatusCode::NOT_ACCEPTABLE,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -107,6 +109,7 @@ impl FrontError {
     pub fn fault(&self) -> Fault {
         match self {
             Self::Unavailable(_) => Fault::Gateway,
+            Self::Unauthorized(e, _) if e.status() == 503 => Fault::Gateway,
             _ => Fault::Client,
         }
     }
@@ -127,7 +130,7 @@ impl FrontError {
             | Self::BadRequest(_)
             | Self::UnsupportedVersion(_) => code::INVALID_REQUEST,
             Self::SessionNotFound | Self::StreamGone => code::SESSION_ERROR,
-            Self::Forbidden(_) | Self::Unauthorized(_) | Self::Unavailable(_) | Self::Quota(_) => {
+            Self::Forbidden(_) | Self::Unauthorized(..) | Self::Unavailable(_) | Self::Quota(_) => {
                 code::SERVER_ERROR
             }
         }
@@ -165,11 +168,14 @@ impl IntoResponse for FrontError {
             resp.headers_mut()
                 .insert(header::ALLOW, HeaderValue::from_static("GET, POST, DELETE"));
         }
-        if let Self::Unauthorized(e) = &self {
-            resp.headers_mut().insert(
-                header::WWW_AUTHENTICATE,
-                HeaderValue::from_static(e.challenge()),
-            );
+        if let Self::Unauthorized(e, challenge) = &self {
+            let value = HeaderValue::from_str(challenge)
+                .unwrap_or_else(|_| HeaderValue::from_static(e.challenge()));
+            resp.headers_mut().insert(header::WWW_AUTHENTICATE, value);
+            if e.status() == 503 {
+                resp.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+            }
         }
         resp
     }

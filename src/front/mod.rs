@@ -70,10 +70,25 @@ impl Drop for CallGuard<'_> {
     }
 }
 
+/// Why the front door cannot be built.
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    #[error(transparent)]
+    Metrics(#[from] MetricsError),
+    #[error("auth.oauth: {0}")]
+    Auth(String),
+}
+
 impl App {
-    /// Builds the front door for `cfg`.
-    pub fn new(cfg: Config) -> Result<Arc<Self>, MetricsError> {
+    /// Builds the front door for `cfg`. With `[auth.oauth]`, `server.public_url`
+    /// must be set (the caller derives it from the bound address on loopback).
+    pub fn new(cfg: Config) -> Result<Arc<Self>, AppError> {
         let loopback = cfg.listen.ip().is_loopback();
+        let auth = Authenticator::with_oauth(&cfg.auth, cfg.server.public_url.as_deref())
+            .map_err(AppError::Auth)?;
+        if let Some(rs) = auth.oauth() {
+            rs.warm_up();
+        }
         Ok(Arc::new(Self {
             metrics: Metrics::new()?,
             origin: OriginPolicy::new(
@@ -92,7 +107,7 @@ impl App {
                     burst: cfg.server.session_burst_per_client,
                 },
             ),
-            auth: Authenticator::new(&cfg.auth),
+            auth,
             calls: AtomicUsize::new(0),
             stopping: CancellationToken::new(),
             mrtr: stateless::Mrtr::new(cfg.server.input_timeout),
@@ -149,6 +164,15 @@ pub fn routes(app: Arc<App>) -> axum::Router {
     let mut r = axum::Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(ready));
+    // The protected-resource metadata (RFC 9728): public, for any origin.
+    if let Some(rs) = app.auth.oauth() {
+        for path in rs.resource().metadata_paths() {
+            r = r.route(
+                &path,
+                get(edge::resource_metadata).options(edge::resource_metadata),
+            );
+        }
+    }
     if app.cfg.server.metrics {
         r = r.route("/metrics", get(metrics));
     }

@@ -31,6 +31,22 @@ pub fn init(format: LogFormat) {
     };
 }
 
+/// An error with its causes, each once ("error sending request: … Connection
+/// refused"): what a log line or an operator's message needs.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let s = c.to_string();
+        if !out.contains(&s) {
+            out.push_str(": ");
+            out.push_str(&s);
+        }
+        cur = c.source();
+    }
+    out
+}
+
 /// A duration as people write it, rounded to what matters: `1s` (not
 /// `999ms 995us 562ns`), `1.5s`, `250ms`, `2m 30s`.
 pub fn human(d: std::time::Duration) -> String {

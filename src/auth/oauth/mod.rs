@@ -1,0 +1,338 @@
+//! Gantry as an OAuth 2.1 resource server: JWT access tokens from trusted
+//! authorization servers, checked on every request (signature against the issuer's
+//! JWKS, `alg` from an asymmetric allow-list and fitting the key, `iss` exact, `aud`
+//! naming Gantry's public URL, `exp` required, `nbf` / `iat` with leeway, required
+//! scopes), and the RFC 6750 / RFC 9728 challenges that send a client to log in.
+//!
+//! Invariants: a token is never logged or put in an error; every refusal is decided
+//! from headers alone; a key the issuer lacks is fetched again at most once per
+//! `jwks_refetch_interval`, whatever clients send.
+
+mod issuer;
+pub mod resource;
+
+use crate::config::OAuthConfig;
+use base64::Engine as _;
+use issuer::Issuer;
+use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, Jwk};
+use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+pub use resource::Resource;
+use serde_json::Value;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Why a token was not accepted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OAuthError {
+    /// Invalid, expired, not for Gantry, from an untrusted issuer: 401 `invalid_token`.
+    #[error("{0}")]
+    Invalid(String),
+    /// Valid, but without a scope Gantry requires: 403 `insufficient_scope`.
+    #[error("the token lacks the scope {missing}")]
+    InsufficientScope {
+        /// The scopes missing, space-separated.
+        missing: String,
+        /// What to ask for: the scopes already granted and the missing ones.
+        ask: String,
+    },
+    /// The issuer's metadata or keys cannot be fetched now: 503.
+    #[error("cannot check tokens now: {0}")]
+    Unavailable(String),
+}
+
+/// Who a token speaks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenInfo {
+    pub issuer: String,
+    pub subject: String,
+    /// `client_id` (or `azp`) claim.
+    pub client_id: Option<String>,
+    pub scopes: Vec<String>,
+}
+
+/// Whether a bearer value is shaped like a JWT (three base64url segments whose first
+/// is a JSON object with `alg`): such a value is a token, never an API key.
+pub fn looks_like_jwt(v: &str) -> bool {
+    jsonwebtoken::decode_header(v).is_ok()
+}
+
+/// Checks tokens for Gantry's one resource.
+pub struct ResourceServer {
+    resource: Resource,
+    issuers: Vec<Arc<Issuer>>,
+    issuer_ids: Vec<String>,
+    required_scopes: Vec<String>,
+    scopes_supported: Vec<String>,
+    algorithms: Vec<Algorithm>,
+    leeway: Duration,
+    resource_name: String,
+}
+
+impl std::fmt::Debug for ResourceServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResourceServer")
+            .field("resource", &self.resource.url())
+            .field("issuers", &self.issuer_ids)
+            .finish()
+    }
+}
+
+/// The key families an algorithm may be verified with.
+fn fits(alg: Algorithm, jwk: &Jwk) -> bool {
+    use Algorithm as A;
+    let family = match &jwk.algorithm {
+        AlgorithmParameters::RSA(_) => matches!(
+            alg,
+            A::RS256 | A::RS384 | A::RS512 | A::PS256 | A::PS384 | A::PS512
+        ),
+        AlgorithmParameters::EllipticCurve(ec) => matches!(
+            (alg, &ec.curve),
+            (A::ES256, EllipticCurve::P256) | (A::ES384, EllipticCurve::P384)
+        ),
+        AlgorithmParameters::OctetKeyPair(_) => alg == A::EdDSA,
+        AlgorithmParameters::OctetKey(_) => false,
+    };
+    // A key published for encryption, or for another algorithm, verifies nothing.
+    let for_signing = !matches!(
+        jwk.common.public_key_use,
+        Some(jsonwebtoken::jwk::PublicKeyUse::Encryption)
+    );
+    let named_ok = match jwk.common.key_algorithm {
+        None => true,
+        Some(a) => format!("{a:?}")
+            .parse::<Algorithm>()
+            .is_ok_and(|n| n == alg),
+    };
+    family && for_signing && named_ok
+}
+
+/// The payload of a JWT, unverified: only to pick the issuer whose key checks it.
+fn unverified_claims(token: &str) -> Option<serde_json::Map<String, Value>> {
+    let payload = token.split('.').nth(1)?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload.trim_end_matches('='))
+        .ok()?;
+    serde_json::from_slice(&bytes).ok()
+}
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+impl ResourceServer {
+    /// The resource server for a validated `[auth.oauth]` and the public URL.
+    pub fn new(cfg: &OAuthConfig, public_url: &str) -> Result<Self, String> {
+        let resource = Resource::new(public_url)
+            .ok_or_else(|| format!("`{public_url}` cannot be a resource identifier"))?;
+        let http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|e| format!("cannot build the HTTP client for the issuers: {e}"))?;
+        let issuers = cfg
+            .issuers
+            .iter()
+            .map(|i| {
+                Arc::new(Issuer::new(
+                    &i.issuer,
+                    i.jwks_uri.as_deref(),
+                    cfg.jwks_refetch_interval,
+                    http.clone(),
+                ))
+            })
+            .collect();
+        let algorithms = cfg
+            .algorithms
+            .iter()
+            .filter_map(|a| a.parse::<Algorithm>().ok())
+            .collect();
+        Ok(Self {
+            resource,
+            issuers,
+            issuer_ids: cfg.issuers.iter().map(|i| i.issuer.clone()).collect(),
+            required_scopes: cfg.required_scopes.clone(),
+            scopes_supported: cfg
+                .scopes_supported
+                .clone()
+                .unwrap_or_else(|| cfg.required_scopes.clone()),
+            algorithms,
+            leeway: cfg.leeway,
+            resource_name: cfg.resource_name.clone(),
+        })
+    }
+
+    /// The resource Gantry protects.
+    pub fn resource(&self) -> &Resource {
+        &self.resource
+    }
+
+    /// Fetches every issuer's metadata and keys in the background, so the first
+    /// client does not wait for them.
+    pub fn warm_up(&self) {
+        for i in &self.issuers {
+            let i = i.clone();
+            tokio::spawn(async move { i.warm_up().await });
+        }
+    }
+
+    /// The protected-resource metadata served at `path`.
+    pub fn metadata(&self, path: &str) -> Value {
+        self.resource.metadata(
+            path,
+            &self.issuer_ids,
+            &self.scopes_supported,
+            &self.resource_name,
+        )
+    }
+
+    /// Checks a JWT access token; who it speaks for, or why not.
+    pub async fn validate(&self, token: &str) -> Result<TokenInfo, OAuthError> {
+        let invalid = |why: &str| OAuthError::Invalid(why.to_owned());
+        let header = jsonwebtoken::decode_header(token)
+            .map_err(|_| invalid("the access token is not a readable JWT"))?;
+        if !self.algorithms.contains(&header.alg) {
+            return Err(OAuthError::Invalid(format!(
+                "the token's algorithm {:?} is not accepted",
+                header.alg
+            )));
+        }
+        let claims =
+            unverified_claims(token).ok_or_else(|| invalid("the token's claims are not JSON"))?;
+        let iss = claims.get("iss").and_then(Value::as_str).unwrap_or("");
+        let issuer = self.issuers.iter().find(|i| i.id == iss).ok_or_else(|| {
+            invalid("the token is from an authorization server Gantry does not trust")
+        })?;
+        let alg = header.alg;
+        let jwk = issuer.key(header.kid.as_deref(), |j| fits(alg, j)).await?;
+        if !fits(alg, &jwk) {
+            return Err(invalid(
+                "the token's algorithm does not fit the key it names",
+            ));
+        }
+        let key =
+            DecodingKey::from_jwk(&jwk).map_err(|_| invalid("the issuer's key is unusable"))?;
+        let mut v = Validation::new(alg);
+        v.leeway = self.leeway.as_secs();
+        v.validate_exp = true;
+        v.validate_nbf = true;
+        v.validate_aud = false;
+        v.set_required_spec_claims(&["exp", "iss", "sub"]);
+        v.set_issuer(&[issuer.id.as_str()]);
+        let data = jsonwebtoken::decode::<serde_json::Map<String, Value>>(token, &key, &v)
+            .map_err(|e| {
+                use jsonwebtoken::errors::ErrorKind as K;
+                OAuthError::Invalid(match e.kind() {
+                    K::ExpiredSignature => "the token has expired".into(),
+                    K::ImmatureSignature => "the token is not valid yet (nbf)".into(),
+                    K::InvalidSignature => "the token's signature is not valid".into(),
+                    K::MissingRequiredClaim(c) => format!("the token has no `{c}` claim"),
+                    K::InvalidIssuer => "the token's issuer does not match".into(),
+                    _ => "the token is not valid".into(),
+                })
+            })?;
+        let claims = data.claims;
+        let now = now_secs();
+        if claims
+            .get("iat")
+            .and_then(Value::as_u64)
+            .is_some_and(|iat| iat > now + self.leeway.as_secs())
+        {
+            return Err(invalid("the token was issued in the future (iat)"));
+        }
+        let for_us = match claims.get("aud") {
+            Some(Value::String(a)) => self.resource.is_audience(a),
+            Some(Value::Array(list)) => list
+                .iter()
+                .filter_map(Value::as_str)
+                .any(|a| self.resource.is_audience(a)),
+            _ => false,
+        };
+        if !for_us {
+            return Err(OAuthError::Invalid(format!(
+                "the token's audience is not this server ({})",
+                self.resource.url()
+            )));
+        }
+        let subject = claims
+            .get("sub")
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .ok_or_else(|| invalid("the token has no subject"))?
+            .to_owned();
+        let scopes: Vec<String> = match claims.get("scope").or_else(|| claims.get("scp")) {
+            Some(Value::String(s)) => s.split_whitespace().map(str::to_owned).collect(),
+            Some(Value::Array(a)) => a
+                .iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect(),
+            _ => Vec::new(),
+        };
+        let client_id = claims
+            .get("client_id")
+            .or_else(|| claims.get("azp"))
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let missing: Vec<&String> = self
+            .required_scopes
+            .iter()
+            .filter(|s| !scopes.contains(s))
+            .collect();
+        if !missing.is_empty() {
+            let mut ask = scopes.clone();
+            ask.extend(missing.iter().map(|s| (*s).clone()));
+            return Err(OAuthError::InsufficientScope {
+                missing: missing
+                    .iter()
+                    .map(|s| s.as_str())
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                ask: ask.join(" "),
+            });
+        }
+        Ok(TokenInfo {
+            issuer: issuer.id.clone(),
+            subject,
+            client_id,
+            scopes,
+        })
+    }
+
+    /// The `WWW-Authenticate` value for a refusal: where the metadata is, the scopes
+    /// to ask for, and (when a token was presented) what was wrong with it.
+    pub fn challenge(&self, error: Option<(&str, &str)>, scope: Option<&str>) -> String {
+        let mut parts = Vec::new();
+        if let Some((code, description)) = error {
+            parts.push(format!("error=\"{code}\""));
+            parts.push(format!(
+                "error_description=\"{}\"",
+                description_safe(description)
+            ));
+        }
+        let default_scope = self.required_scopes.join(" ");
+        let scope = scope.unwrap_or(&default_scope);
+        if !scope.is_empty() {
+            parts.push(format!("scope=\"{scope}\""));
+        }
+        parts.push(format!(
+            "resource_metadata=\"{}\"",
+            self.resource.metadata_url()
+        ));
+        format!("Bearer {}", parts.join(", "))
+    }
+}
+
+/// RFC 6750 §3: `error_description` is visible ASCII without `"` and `\`.
+fn description_safe(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_ascii() && (' '..='~').contains(&c) && c != '"' && c != '\\' {
+                c
+            } else {
+                '\''
+            }
+        })
+        .collect()
+}
