@@ -54,20 +54,8 @@ sha256 = "{bob}"
     )
 }
 
-/// A client that sends this header on every request.
 fn client_with(g: &Gantry, header: &str, value: &str) -> Client {
-    let mut h = reqwest::header::HeaderMap::new();
-    h.insert(
-        reqwest::header::HeaderName::from_bytes(header.as_bytes()).unwrap(),
-        reqwest::header::HeaderValue::from_str(value).unwrap(),
-    );
-    let mut c = Client::new(&g.url);
-    c.http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(60))
-        .default_headers(h)
-        .build()
-        .unwrap();
-    c
+    g.client_with(header, value)
 }
 
 fn bearer(g: &Gantry, key: &str) -> Client {

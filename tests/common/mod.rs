@@ -46,6 +46,8 @@ pub(crate) struct Gantry {
     _dir: Option<tempdir::TempDir>,
 }
 
+pub mod oidc;
+
 mod tempdir {
     pub(super) struct TempDir(pub std::path::PathBuf);
     impl TempDir {
@@ -216,6 +218,27 @@ impl Gantry {
 
     pub(crate) fn client(&self) -> Client {
         Client::new(&self.url)
+    }
+
+    /// A client that sends this header on every request.
+    pub(crate) fn client_with(&self, header: &str, value: &str) -> Client {
+        let mut h = reqwest::header::HeaderMap::new();
+        h.insert(
+            reqwest::header::HeaderName::from_bytes(header.as_bytes()).unwrap(),
+            reqwest::header::HeaderValue::from_str(value).unwrap(),
+        );
+        let mut c = Client::new(&self.url);
+        c.http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(60))
+            .default_headers(h)
+            .build()
+            .unwrap();
+        c
+    }
+
+    /// A client that sends `Authorization: Bearer <token>` on every request.
+    pub(crate) fn bearer(&self, token: &str) -> Client {
+        self.client_with("authorization", &format!("Bearer {token}"))
     }
 }
 
@@ -1099,6 +1122,7 @@ impl BackendSpec {
 #[derive(Default)]
 pub struct GantrySpec {
     server: Vec<String>,
+    sections: Vec<String>,
     keys: Vec<(String, String)>,
     backends: Vec<BackendSpec>,
     env: Vec<(String, String)>,
@@ -1122,6 +1146,12 @@ impl GantrySpec {
         self
     }
 
+    /// More TOML after `[server]` (`[auth.oauth]` …).
+    pub fn section(mut self, toml: &str) -> Self {
+        self.sections.push(toml.into());
+        self
+    }
+
     /// An API key for `principal` (authentication on).
     pub fn api_key(mut self, principal: &str, key: &str) -> Self {
         self.keys.push((principal.into(), key.into()));
@@ -1137,6 +1167,10 @@ impl GantrySpec {
     /// The configuration file this builds.
     pub fn toml(&self) -> String {
         let mut t = format!("[server]\n{}\n", self.server.join("\n"));
+        for s in &self.sections {
+            t.push_str(s);
+            t.push('\n');
+        }
         for (principal, key) in &self.keys {
             t.push_str(&format!(
                 "[[auth.api_keys]]\nprincipal = {principal:?}\nsha256 = {:?}\n",

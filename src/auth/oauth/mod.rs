@@ -50,12 +50,6 @@ pub struct TokenInfo {
     pub scopes: Vec<String>,
 }
 
-/// Whether a bearer value is shaped like a JWT (three base64url segments whose first
-/// is a JSON object with `alg`): such a value is a token, never an API key.
-pub fn looks_like_jwt(v: &str) -> bool {
-    jsonwebtoken::decode_header(v).is_ok()
-}
-
 /// Checks tokens for Gantry's one resource.
 pub struct ResourceServer {
     resource: Resource,
@@ -106,13 +100,18 @@ fn fits(alg: Algorithm, jwk: &Jwk) -> bool {
     family && for_signing && named_ok
 }
 
-/// The payload of a JWT, unverified: only to pick the issuer whose key checks it.
-fn unverified_claims(token: &str) -> Option<serde_json::Map<String, Value>> {
-    let payload = token.split('.').nth(1)?;
+/// Segment `i` of a JWT as a JSON object, unverified.
+fn segment_json(token: &str, i: usize) -> Option<serde_json::Map<String, Value>> {
+    let segment = token.split('.').nth(i)?;
     let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(payload.trim_end_matches('='))
+        .decode(segment.trim_end_matches('='))
         .ok()?;
     serde_json::from_slice(&bytes).ok()
+}
+
+/// The payload of a JWT, unverified: only to pick the issuer whose key checks it.
+fn unverified_claims(token: &str) -> Option<serde_json::Map<String, Value>> {
+    segment_json(token, 1)
 }
 
 fn now_secs() -> u64 {
@@ -190,8 +189,16 @@ impl ResourceServer {
     /// Checks a JWT access token; who it speaks for, or why not.
     pub async fn validate(&self, token: &str) -> Result<TokenInfo, OAuthError> {
         let invalid = |why: &str| OAuthError::Invalid(why.to_owned());
-        let header = jsonwebtoken::decode_header(token)
-            .map_err(|_| invalid("the access token is not a readable JWT"))?;
+        let header = jsonwebtoken::decode_header(token).map_err(|_| {
+            // A readable header with an algorithm Gantry does not know (`none`) says so.
+            match segment_json(token, 0).and_then(|h| h.get("alg")?.as_str().map(str::to_owned)) {
+                Some(alg) => OAuthError::Invalid(format!(
+                    "the token's algorithm `{}` is not accepted",
+                    alg.chars().take(16).collect::<String>()
+                )),
+                None => invalid("the access token is not a readable JWT"),
+            }
+        })?;
         if !self.algorithms.contains(&header.alg) {
             return Err(OAuthError::Invalid(format!(
                 "the token's algorithm {:?} is not accepted",

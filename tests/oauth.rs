@@ -1,0 +1,394 @@
+//! Gantry as an OAuth 2.1 resource server in front of a real OpenID provider
+//! (`oidc-provider`, tests/oidc): its tokens are accepted, every kind of bad token is
+//! refused with the status and `WWW-Authenticate` the specifications give, the
+//! protected-resource metadata is what clients need, sessions belong to a subject,
+//! and no token ever reaches a backend.
+
+// Integration tests time real processes: wall-clock `std::time::Instant` is right here.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    clippy::disallowed_types
+)]
+
+mod common;
+
+use common::oidc::{now, Provider};
+use common::*;
+use serde_json::{json, Value};
+
+/// Gantry trusting `providers` (the first is where clients log in), requiring
+/// `mcp:read`, in front of `backend`; each provider knows Gantry's URL as a resource.
+async fn protected(providers: &[&Provider], backend: BackendSpec) -> Gantry {
+    let mut oauth = String::from(
+        "[auth.oauth]\nrequired_scopes = [\"mcp:read\"]\njwks_refetch_interval = \"1s\"\n",
+    );
+    for p in providers {
+        oauth.push_str(&format!(
+            "[[auth.oauth.issuers]]\nissuer = {:?}\n",
+            p.issuer()
+        ));
+    }
+    let g = gantry().section(&oauth).backend(backend).start();
+    for p in providers {
+        p.add_resource(&g.url, "jwt").await;
+    }
+    g
+}
+
+fn metadata_url(g: &Gantry) -> String {
+    format!("{}/.well-known/oauth-protected-resource/mcp", g.base)
+}
+
+/// One initialize with these headers: status, `WWW-Authenticate`, body.
+async fn try_initialize(g: &Gantry, c: &Client) -> (u16, String, Value) {
+    let _ = g;
+    let r = c
+        .post_builder()
+        .body(
+            json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{
+                "protocolVersion":"2025-11-25","capabilities":{},
+                "clientInfo":{"name":"t","version":"1"}}})
+            .to_string(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let challenge = r
+        .headers()
+        .get("www-authenticate")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    let body = r.json().await.unwrap_or(Value::Null);
+    (status, challenge, body)
+}
+
+#[tokio::test]
+async fn provider_tokens_are_accepted_and_every_bad_token_refused() {
+    let idp = Provider::start(&[]);
+    let other_idp = Provider::start(&[]);
+    let g = protected(&[&idp], example()).await;
+    let rm = metadata_url(&g);
+
+    // A real token of the provider for Gantry's URL: a session and a call.
+    let good = idp.client_token(&g.url, "mcp:read").await;
+    let mut c = g.bearer(&good);
+    c.initialize().await;
+    let r = c
+        .call_tool(json!(2), "echo", json!({"message": "hi"}))
+        .await;
+    assert_eq!(r["result"]["content"][0]["text"], "hi", "{r}");
+
+    // No token: 401, a bare challenge naming the metadata and the scope.
+    let (status, challenge, body) = try_initialize(&g, &g.client()).await;
+    assert_eq!(status, 401, "{body}");
+    assert_eq!(
+        challenge,
+        format!("Bearer scope=\"mcp:read\", resource_metadata=\"{rm}\"")
+    );
+
+    // Refused tokens: 401 invalid_token, each for its own reason.
+    idp.add_resource(&format!("{}-evil", g.url), "jwt").await;
+    other_idp.add_resource(&g.url, "jwt").await;
+    let wrong_audience = idp
+        .client_token(&format!("{}-evil", g.url), "mcp:read")
+        .await;
+    let foreign = other_idp.client_token(&g.url, "mcp:read").await;
+    let t = now();
+    let bad_signature = {
+        // One character in the middle of the signature changed.
+        let (signed, sig) = good.rsplit_once('.').unwrap();
+        let mut sig: Vec<char> = sig.chars().collect();
+        let mid = sig.len() / 2;
+        sig[mid] = if sig[mid] == 'A' { 'B' } else { 'A' };
+        format!("{signed}.{}", sig.into_iter().collect::<String>())
+    };
+    let (head, rest) = good.split_once('.').unwrap();
+    let payload = rest.split('.').next().unwrap();
+    let alg_none = {
+        use base64::Engine as _;
+        let h = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .encode(r#"{"alg":"none","typ":"JWT"}"#);
+        format!("{h}.{payload}.")
+    };
+    let _ = head;
+    let hs256_with_public_key = {
+        let jwk = &idp.keys[0]["public_jwk"];
+        let secret = serde_json::to_vec(jwk).unwrap();
+        let claims: Value = {
+            use base64::Engine as _;
+            serde_json::from_slice(
+                &base64::engine::general_purpose::URL_SAFE_NO_PAD
+                    .decode(payload)
+                    .unwrap(),
+            )
+            .unwrap()
+        };
+        let mut h = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256);
+        h.kid = idp.keys[0]["kid"].as_str().map(str::to_owned);
+        jsonwebtoken::encode(
+            &h,
+            &claims,
+            &jsonwebtoken::EncodingKey::from_secret(&secret),
+        )
+        .unwrap()
+    };
+    let unknown_kid = {
+        // Signed by the other provider's key, under a kid nobody publishes.
+        let key = &other_idp.keys[0];
+        let mut h = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::RS256);
+        h.kid = Some("no-such-key".into());
+        let claims = json!({"iss": idp.issuer(), "sub": "alice", "aud": g.url, "iat": t, "exp": t + 300, "scope": "mcp:read"});
+        let enc = jsonwebtoken::EncodingKey::from_rsa_pem(
+            key["private_pem"].as_str().unwrap().as_bytes(),
+        )
+        .unwrap();
+        jsonwebtoken::encode(&h, &claims, &enc).unwrap()
+    };
+    let cases: Vec<(&str, String, &str)> = vec![
+        ("wrong audience", wrong_audience, "audience"),
+        (
+            "audience below Gantry's URL",
+            idp.sign(&format!("{}/extra", g.url), json!({})),
+            "audience",
+        ),
+        (
+            "expired",
+            idp.sign(&g.url, json!({"iat": t - 900, "exp": t - 120})),
+            "expired",
+        ),
+        (
+            "not yet valid",
+            idp.sign(&g.url, json!({"nbf": t + 600})),
+            "not valid yet",
+        ),
+        (
+            "issued in the future",
+            idp.sign(&g.url, json!({"iat": t + 600, "exp": t + 900})),
+            "future",
+        ),
+        ("no exp", idp.sign(&g.url, json!({"exp": null})), "exp"),
+        ("bad signature", bad_signature, "signature"),
+        ("alg none", alg_none, "algorithm"),
+        (
+            "HS256 with the public key",
+            hs256_with_public_key,
+            "algorithm",
+        ),
+        ("unknown kid", unknown_kid, "key"),
+        ("another issuer", foreign, "does not trust"),
+        (
+            "not a JWT",
+            "opaque-but-unknown".into(),
+            "not a readable JWT",
+        ),
+    ];
+    for (what, token, why) in cases {
+        let (status, challenge, body) = try_initialize(&g, &g.bearer(&token)).await;
+        assert_eq!(status, 401, "{what}: {body}");
+        assert!(
+            challenge.starts_with("Bearer error=\"invalid_token\", error_description=\""),
+            "{what}: {challenge}"
+        );
+        assert!(
+            challenge.ends_with(&format!("resource_metadata=\"{rm}\"")),
+            "{what}: {challenge}"
+        );
+        let message = body["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(why), "{what}: {message}");
+        assert!(
+            !message.contains(&token) && !challenge.contains(&token),
+            "{what}: the token echoed"
+        );
+    }
+
+    // Valid but without the required scope: 403, asking for granted + missing.
+    let writer = idp.client_token(&g.url, "mcp:write").await;
+    let (status, challenge, body) = try_initialize(&g, &g.bearer(&writer)).await;
+    assert_eq!(status, 403, "{body}");
+    assert!(
+        challenge.starts_with("Bearer error=\"insufficient_scope\""),
+        "{challenge}"
+    );
+    assert!(
+        challenge.contains("scope=\"mcp:write mcp:read\""),
+        "{challenge}"
+    );
+
+    // A token in the query string: 400 invalid_request, even a good one.
+    let r = reqwest::Client::new()
+        .post(format!("{}?access_token={good}", g.url))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let challenge = r.headers()["www-authenticate"].to_str().unwrap().to_owned();
+    assert!(
+        challenge.starts_with("Bearer error=\"invalid_request\""),
+        "{challenge}"
+    );
+}
+
+#[tokio::test]
+async fn a_refused_request_leaves_no_trace_and_a_refreshed_token_keeps_the_session() {
+    let idp = Provider::start(&[]);
+    let g = protected(&[&idp], example()).await;
+    let first = idp.sign(&g.url, json!({"sub": "alice"}));
+    let mut c = g.bearer(&first);
+    c.initialize().await;
+    // The same call refused (expired token), then sent again as is with a new
+    // token of the same subject: it runs once, on the same session.
+    let session = c.session.clone();
+    let expired = idp.sign(
+        &g.url,
+        json!({"sub": "alice", "iat": now() - 900, "exp": now() - 120}),
+    );
+    let mut refused = g.bearer(&expired);
+    refused.session = session.clone();
+    let body = json!({"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo","arguments":{"message":"once"}}});
+    let r = refused.post(&body).await;
+    assert_eq!(r.status, 401, "{}", r.raw);
+    let mut renewed = g.bearer(&idp.sign(&g.url, json!({"sub": "alice"})));
+    renewed.session = session.clone();
+    let r = renewed.post(&body).await;
+    assert_eq!(
+        r.response(&json!(7)).unwrap()["result"]["content"][0]["text"],
+        "once",
+        "{}",
+        r.raw
+    );
+    // Another subject's valid token on that session: 404, as for an unknown session.
+    let mut bob = g.bearer(&idp.sign(&g.url, json!({"sub": "bob"})));
+    bob.session = session;
+    let r = bob.request(json!(8), "tools/list", json!({})).await;
+    assert_eq!(r.status, 404, "{}", r.raw);
+}
+
+#[tokio::test]
+async fn the_protected_resource_metadata_is_what_clients_need() {
+    let idp = Provider::start(&[]);
+    let g = protected(&[&idp], example()).await;
+    let http = reqwest::Client::new();
+    for (path, resource) in [
+        ("/.well-known/oauth-protected-resource/mcp", g.url.clone()),
+        (
+            "/.well-known/oauth-protected-resource/mcp/",
+            format!("{}/", g.url),
+        ),
+        ("/.well-known/oauth-protected-resource", g.url.clone()),
+    ] {
+        let r = http
+            .get(format!("{}{path}", g.base))
+            .header("origin", "https://claude.ai")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{path}");
+        assert_eq!(r.headers()["access-control-allow-origin"], "*", "{path}");
+        assert!(r.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("application/json"));
+        let doc: Value = r.json().await.unwrap();
+        assert_eq!(doc["resource"], resource.as_str(), "{path}: {doc}");
+        assert_eq!(doc["authorization_servers"], json!([idp.issuer()]), "{doc}");
+        assert_eq!(doc["scopes_supported"], json!(["mcp:read"]), "{doc}");
+        assert_eq!(doc["bearer_methods_supported"], json!(["header"]), "{doc}");
+        assert!(doc["resource_name"].is_string(), "{doc}");
+    }
+    // The metadata the challenge names is the path-inserted one.
+    let (_, challenge, _) = try_initialize(&g, &g.client()).await;
+    assert!(challenge.contains(&format!("resource_metadata=\"{}\"", metadata_url(&g))));
+}
+
+#[tokio::test]
+async fn a_backend_never_sees_the_clients_token() {
+    let idp = Provider::start(&[]);
+    let dir = Scratch::new("passthrough");
+    let seen = dir.0.join("headers.jsonl");
+    let backend = HttpServer::example_with_env(&[("MB_RECORD_HEADERS", seen.to_str().unwrap())]);
+    let g = protected(&[&idp], http_backend("web", &backend.url)).await;
+    let token = idp.client_token(&g.url, "mcp:read").await;
+    let mut c = g.bearer(&token);
+    c.initialize().await;
+    let r = c.call_tool(json!(2), "echo", json!({"message": "x"})).await;
+    assert_eq!(r["result"]["content"][0]["text"], "x", "{r}");
+    let requests = recorded(&seen);
+    assert!(requests.len() >= 2, "{requests:?}");
+    for req in &requests {
+        let headers = req["headers"].as_object().unwrap();
+        assert!(!headers.contains_key("authorization"), "{req}");
+        assert!(
+            !headers
+                .values()
+                .any(|v| v.as_str().is_some_and(|v| v.contains(&token))),
+            "{req}"
+        );
+    }
+}
+
+/// Runs the official TypeScript SDK's OAuth client (tests/oidc/sdk_flow.mjs) against
+/// `url`: its one JSON line.
+fn sdk_flow(url: &str, args: &[&str]) -> Value {
+    let out = std::process::Command::new(common::oidc::node())
+        .arg(common::oidc::oidc_script("sdk_flow.mjs"))
+        .args(["--url", url])
+        .args(args)
+        .output()
+        .unwrap();
+    let line = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(line.lines().last().unwrap_or("null")).unwrap_or_else(|_| {
+        panic!(
+            "sdk_flow printed no JSON: {line} {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+/// The official TypeScript SDK client logs in on its own: 401 → protected-resource
+/// metadata → the provider's metadata → dynamic registration → authorization code with
+/// PKCE (the test plays the browser) → a tool call through Gantry, asking for what the
+/// challenge names and for Gantry's resource; as it does against an SDK server
+/// protected directly (the baseline).
+#[tokio::test]
+async fn the_typescript_sdk_logs_in_through_gantry_as_it_does_directly() {
+    let idp = Provider::start(&[]);
+    let g = protected(&[&idp], example()).await;
+    let through = sdk_flow(&g.url, &["--tool", "echo", "--args", r#"{"message":"hi"}"#]);
+    assert_eq!(through["ok"], true, "{through}");
+    assert!(
+        through["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t == "echo"),
+        "{through}"
+    );
+    assert_eq!(through["call"]["content"][0]["text"], "hi", "{through}");
+    assert_eq!(through["authorizations"], 1, "{through}");
+    assert_eq!(
+        through["scopes_requested"],
+        json!(["mcp:read"]),
+        "{through}"
+    );
+    assert_eq!(through["resource_requested"], json!([g.url]), "{through}");
+
+    // The same client against the SDK's own protected server, directly.
+    let server = common::oidc::ProtectedServer::start(idp.issuer());
+    idp.add_resource(&server.url, "jwt").await;
+    let direct = sdk_flow(
+        &server.url,
+        &["--tool", "echo", "--args", r#"{"message":"hi"}"#],
+    );
+    assert_eq!(direct["ok"], true, "{direct}");
+    assert_eq!(
+        direct["authorizations"], through["authorizations"],
+        "{direct}"
+    );
+}

@@ -1,0 +1,263 @@
+// End-to-end check of the OAuth fixtures WITHOUT Gantry (the "direct" baseline):
+// provider.mjs + protected_server.mjs + sdk_flow.mjs, plus hand-made token requests,
+// introspection and forged tokens. Prints one line per check and "N passed, N failed".
+//   tests/interop/node_modules/.bin/node tests/oidc/check_direct.mjs [--verbose]
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { jose } from '../interop/oidc_deps.mjs';
+import { signToken } from './sign.mjs';
+import { fetchWithTimeout, parseArgs, runNode, spawnJsonLine } from './util.mjs';
+
+const here = fileURLToPath(new URL('.', import.meta.url));
+const args = parseArgs({ verbose: 'bool' });
+const log = args.verbose ? (l) => process.stderr.write(`${l}\n`) : () => {};
+const tmp = mkdtempSync(join(tmpdir(), 'gantry-oidc-'));
+const children = [];
+let passed = 0;
+let failed = 0;
+
+async function check(name, fn) {
+  try {
+    await fn();
+    passed++;
+    process.stdout.write(`PASS ${name}\n`);
+  } catch (e) {
+    failed++;
+    process.stdout.write(`FAIL ${name}: ${e?.message ?? e}\n`);
+  }
+}
+function assert(cond, msg) {
+  if (!cond) throw new Error(msg);
+}
+const eq = (a, b, what) => assert(JSON.stringify(a) === JSON.stringify(b), `${what}: expected ${JSON.stringify(b)}, got ${JSON.stringify(a)}`);
+
+async function start(script, scriptArgs) {
+  const { child, line } = await spawnJsonLine(join(here, script), scriptArgs, { log });
+  children.push(child);
+  return line;
+}
+
+/** POST form to the token endpoint as the minter (client_secret_basic). */
+async function mint(p, params) {
+  const { client_id, client_secret } = p.clients.minter;
+  const res = await fetchWithTimeout(p.token_endpoint, {
+    method: 'POST',
+    headers: { authorization: `Basic ${Buffer.from(`${client_id}:${client_secret}`).toString('base64')}` },
+    body: new URLSearchParams({ grant_type: 'client_credentials', ...params }),
+  });
+  return { status: res.status, body: await res.json() };
+}
+async function introspect(p, token, which = 'introspector') {
+  const { client_id, client_secret, token_endpoint_auth_method: m } = p.clients[which];
+  const headers = {};
+  const body = new URLSearchParams({ token });
+  if (m === 'client_secret_basic') headers.authorization = `Basic ${Buffer.from(`${client_id}:${client_secret}`).toString('base64')}`;
+  else Object.entries({ client_id, client_secret }).forEach(([k, v]) => body.set(k, v));
+  const res = await fetchWithTimeout(p.introspection_endpoint, { method: 'POST', headers, body });
+  return { status: res.status, body: await res.json() };
+}
+/** One JSON-RPC POST to the MCP endpoint. */
+async function mcpPost(url, token, message) {
+  const headers = { 'content-type': 'application/json', accept: 'application/json, text/event-stream' };
+  if (token) headers.authorization = `Bearer ${token}`;
+  const res = await fetchWithTimeout(url, { method: 'POST', headers, body: JSON.stringify(message) });
+  const text = await res.text();
+  return { status: res.status, www: res.headers.get('www-authenticate') ?? '', text };
+}
+const INIT = {
+  jsonrpc: '2.0',
+  id: 1,
+  method: 'initialize',
+  params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'check', version: '1' } },
+};
+const CALL_SECRET = { jsonrpc: '2.0', id: 2, method: 'tools/call', params: { name: 'secret', arguments: {} } };
+
+async function scenario(name, providerArgs) {
+  const opaque = 'http://127.0.0.1:1/opaque-rs';
+  const keysFile = join(tmp, `keys-${name.replace(/[^a-z0-9]+/gi, '_')}.json`);
+  const p = await start('provider.mjs', ['--opaque-resource', opaque, '--keys-out', keysFile, ...providerArgs]);
+  const s = await start('protected_server.mjs', ['--issuer', p.issuer]);
+  const url = s.url;
+  // The server's URL is known only now: register it as a JWT resource.
+  const added = await fetchWithTimeout(p.admin_resources_url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ resource: url, format: 'jwt' }),
+  });
+  assert(added.ok, `admin add resource: HTTP ${added.status}`);
+  const t = (n) => `${name}: ${n}`;
+
+  await check(t('sdk_flow lists tools and calls echo (one authorization, scope from the 401)'), async () => {
+    const r = await runNode(join(here, 'sdk_flow.mjs'), ['--url', url, '--tool', 'echo', '--args', '{"message":"hello"}']);
+    const out = JSON.parse(r.stdout.trim().split('\n').pop());
+    assert(out.ok, `sdk_flow failed: ${out.error}\n${r.stderr}`);
+    eq(out.tools, ['echo', 'secret'], 'tools');
+    eq(out.call?.content?.[0]?.text, 'hello', 'echo result');
+    eq(out.authorizations, 1, 'authorizations');
+    eq(out.scopes_requested, ['mcp:read'], 'scopes_requested');
+    eq(out.resource_requested, [url], 'resource_requested');
+  });
+  await check(t('sdk_flow calls secret via 403 insufficient_scope step-up'), async () => {
+    const r = await runNode(join(here, 'sdk_flow.mjs'), ['--url', url, '--tool', 'secret', '--username', 'bob']);
+    const out = JSON.parse(r.stdout.trim().split('\n').pop());
+    assert(out.ok, `sdk_flow failed: ${out.error}\n${r.stderr}`);
+    eq(out.call?.content?.[0]?.text, 'the secret is 42 (sub=bob)', 'secret result');
+    eq(out.authorizations, 2, 'authorizations');
+    eq(out.scopes_requested, ['mcp:read', 'mcp:read mcp:admin'], 'scopes_requested');
+    eq(out.resource_requested, [url, url], 'resource_requested');
+  });
+  await check(t('no token: 401 with resource_metadata and scope'), async () => {
+    const r = await mcpPost(url, null, INIT);
+    eq(r.status, 401, 'status');
+    assert(r.www.includes(`resource_metadata="${s.resource_metadata}"`) && r.www.includes('scope="mcp:read"'), `WWW-Authenticate: ${r.www}`);
+  });
+
+  let readToken;
+  await check(t('client_credentials JWT for the server: claims, and accepted by the server'), async () => {
+    const r = await mint(p, { resource: url, scope: 'mcp:read' });
+    eq(r.status, 200, `token status (${JSON.stringify(r.body)})`);
+    readToken = r.body.access_token;
+    const header = jose.decodeProtectedHeader(readToken);
+    const claims = jose.decodeJwt(readToken);
+    eq([header.alg, header.typ, p.kids.includes(header.kid)], [p.alg, 'at+jwt', true], 'header alg/typ/kid');
+    eq([claims.aud, claims.scope, claims.client_id, claims.sub, claims.iss], [url, 'mcp:read', 'test-minter', 'test-minter', p.issuer], 'claims');
+    assert(claims.exp - claims.iat === p.ttl && typeof claims.jti === 'string', `exp/iat/jti: ${JSON.stringify(claims)}`);
+    const m = await mcpPost(url, readToken, INIT);
+    eq(m.status, 200, `initialize with the token (${m.text.slice(0, 200)})`);
+    assert(m.text.includes('"serverInfo"'), `initialize result: ${m.text.slice(0, 200)}`);
+  });
+  await check(t('mcp:read token calling secret: 403 insufficient_scope challenge'), async () => {
+    const m = await mcpPost(url, readToken, CALL_SECRET);
+    eq(m.status, 403, 'status');
+    assert(/error="insufficient_scope"/.test(m.www) && m.www.includes('scope="mcp:read mcp:admin"') && m.www.includes('resource_metadata='), `WWW-Authenticate: ${m.www}`);
+  });
+  await check(t('mcp:read mcp:admin token calling secret: 200'), async () => {
+    const r = await mint(p, { resource: url, scope: 'mcp:read mcp:admin' });
+    const m = await mcpPost(url, r.body.access_token, CALL_SECRET);
+    eq(m.status, 200, `status (${m.text.slice(0, 200)})`);
+    assert(m.text.includes('the secret is 42'), m.text.slice(0, 200));
+  });
+  await check(t('forged with the real key (--keys-out): valid accepted, expired / wrong aud / nbf future rejected'), async () => {
+    const base = { iss: p.issuer, aud: url, sub: 'mallory', client_id: 'forged', scope: 'mcp:read', iat: '+0', exp: '+60' };
+    const ok = await mcpPost(url, await signToken(keysFile, base), INIT);
+    eq(ok.status, 200, 'valid forged token');
+    for (const [what, claims] of [
+      ['expired', { ...base, iat: '-600', exp: '-300' }],
+      ['wrong aud', { ...base, aud: `${url}/other` }],
+      ['aud with trailing slash', { ...base, aud: `${url}/` }],
+      ['nbf in the future', { ...base, nbf: '+300' }],
+      ['wrong iss', { ...base, iss: `${p.issuer}/x` }],
+    ]) {
+      const r = await mcpPost(url, await signToken(keysFile, claims), INIT);
+      eq(r.status, 401, what);
+    }
+  });
+  await check(t('opaque resource token: gantry-introspector (basic and post) gets active:true with aud/scope/sub/client_id/exp'), async () => {
+    const r = await mint(p, { resource: opaque, scope: 'mcp:read mcp:write' });
+    eq(r.status, 200, 'token status');
+    const tok = r.body.access_token;
+    assert(tok.split('.').length !== 3, 'opaque token looks like a JWT');
+    for (const which of ['introspector', 'introspector_post']) {
+      const i = await introspect(p, tok, which);
+      eq(i.status, 200, `${which} status`);
+      const b = i.body;
+      eq([b.active, b.aud, b.scope, b.sub, b.client_id, b.iss, b.token_type], [true, opaque, 'mcp:read mcp:write', 'test-minter', 'test-minter', p.issuer, 'Bearer'], which);
+      assert(b.exp - b.iat === p.ttl, `${which} exp/iat: ${JSON.stringify(b)}`);
+    }
+    const junk = await introspect(p, 'not-a-token');
+    eq(junk.body, { active: false }, 'unknown token');
+  });
+  await check(t('authorization-code opaque token: introspection has sub = the username'), async () => {
+    // The browser flow by hand (no SDK): register, authorize with PKCE, exchange.
+    const { playBrowser } = await import('./browser.mjs');
+    const redirect = 'http://127.0.0.1:8976/callback';
+    const reg = await (
+      await fetchWithTimeout(p.registration_endpoint, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ redirect_uris: [redirect], grant_types: ['authorization_code'], response_types: ['code'], token_endpoint_auth_method: 'none' }),
+      })
+    ).json();
+    const verifier = jose.base64url.encode(crypto.getRandomValues(new Uint8Array(32)));
+    const challenge = jose.base64url.encode(new Uint8Array(await crypto.subtle.digest('SHA-256', new TextEncoder().encode(verifier))));
+    const a = new URL(p.authorization_endpoint);
+    const q = { client_id: reg.client_id, response_type: 'code', redirect_uri: redirect, scope: 'mcp:read', state: 's1', code_challenge: challenge, code_challenge_method: 'S256', resource: opaque };
+    for (const [k, v] of Object.entries(q)) a.searchParams.set(k, v);
+    const back = new URL(await playBrowser(a.href, { username: 'carol' }));
+    eq([back.searchParams.get('state'), back.searchParams.get('iss')], ['s1', p.issuer], 'state / iss in the redirect');
+    const tok = await (
+      await fetchWithTimeout(p.token_endpoint, {
+        method: 'POST',
+        body: new URLSearchParams({ grant_type: 'authorization_code', code: back.searchParams.get('code'), redirect_uri: redirect, client_id: reg.client_id, code_verifier: verifier }),
+      })
+    ).json();
+    const i = await introspect(p, tok.access_token);
+    eq([i.body.active, i.body.sub, i.body.aud, i.body.scope, i.body.client_id], [true, 'carol', opaque, 'mcp:read', reg.client_id], 'introspection');
+  });
+  await check(t('JWT introspection: 400 unsupported_token_type (oidc-provider does not introspect its JWTs)'), async () => {
+    const i = await introspect(p, readToken);
+    eq([i.status, i.body.error], [400, 'unsupported_token_type'], 'introspection of a JWT');
+  });
+  await check(t('resource indicators are exact: trailing slash / unknown -> invalid_target; none -> token without aud'), async () => {
+    for (const bad of [`${url}/`, 'http://127.0.0.1:1/unknown']) {
+      const r = await mint(p, { resource: bad, scope: 'mcp:read' });
+      eq([r.status, r.body.error], [400, 'invalid_target'], bad);
+    }
+    const none = await mint(p, { scope: 'mcp:read' });
+    eq(none.status, 200, 'no resource');
+    assert(none.body.access_token.split('.').length !== 3, 'no resource: expected an opaque token');
+    const i = await introspect(p, none.body.access_token);
+    eq([i.body.active, i.body.aud], [true, undefined], 'no resource: introspection');
+  });
+  await check(t('discovery documents'), async () => {
+    const origin = new URL(p.issuer).origin;
+    const path = new URL(p.issuer).pathname.replace(/\/$/, '');
+    const urls = [`${p.issuer}/.well-known/openid-configuration`, `${origin}/.well-known/oauth-authorization-server${path}`];
+    for (const u of urls) {
+      const r = await fetchWithTimeout(u);
+      eq(r.status, 200, u);
+      const d = await r.json();
+      eq([d.issuer, d.jwks_uri, d.introspection_endpoint, d.code_challenge_methods_supported], [p.issuer, p.jwks_uri, p.introspection_endpoint, ['S256']], u);
+    }
+    if (path) eq((await fetchWithTimeout(`${origin}/.well-known/openid-configuration`)).status, 404, 'root discovery of a path issuer');
+    const jwks = await (await fetchWithTimeout(p.jwks_uri)).json();
+    eq(jwks.keys.map((k) => k.kid), p.kids, 'JWKS kids');
+    assert(jwks.keys.every((k) => !('d' in k)), 'JWKS leaks private parts');
+  });
+}
+
+async function discoveryOnly(form) {
+  const p = await start('provider.mjs', ['--issuer-path', '/t2', '--discovery', form]);
+  const origin = new URL(p.issuer).origin;
+  await check(`--discovery ${form}: only the ${form} URL form is served`, async () => {
+    const oidc = (await fetchWithTimeout(`${p.issuer}/.well-known/openid-configuration`)).status;
+    const oauth = (await fetchWithTimeout(`${origin}/.well-known/oauth-authorization-server/t2`)).status;
+    eq([oidc, oauth], form === 'oidc' ? [200, 404] : [404, 200], '[oidc, oauth] status');
+  });
+}
+
+const watchdog = setTimeout(() => {
+  process.stdout.write('FAIL check_direct: overall timeout (120 s)\n');
+  cleanup();
+  process.exit(1);
+}, 120000);
+function cleanup() {
+  for (const c of children) c.kill('SIGTERM');
+  rmSync(tmp, { recursive: true, force: true });
+}
+try {
+  await scenario('issuer at the root, RS256', []);
+  await scenario('issuer /tenant1, ES256 (+RS256 key)', ['--issuer-path', '/tenant1', '--alg', 'ES256,RS256']);
+  await discoveryOnly('oidc');
+  await discoveryOnly('oauth');
+} catch (e) {
+  failed++;
+  process.stdout.write(`FAIL setup: ${e?.message ?? e}\n`);
+} finally {
+  clearTimeout(watchdog);
+  cleanup();
+}
+process.stdout.write(`${passed} passed, ${failed} failed\n`);
+process.exit(failed ? 1 : 0);
