@@ -392,3 +392,32 @@ async fn the_typescript_sdk_logs_in_through_gantry_as_it_does_directly() {
         "{direct}"
     );
 }
+
+/// Tokens naming keys the issuer does not publish (an attacker spraying random
+/// `kid`s) make Gantry fetch the issuer's keys again at most once per
+/// `jwks_refetch_interval` (1s here), as the provider itself counts.
+#[tokio::test]
+async fn unknown_key_ids_cannot_make_gantry_hammer_the_issuer() {
+    let idp = Provider::start(&[]);
+    let g = protected(&[&idp], example()).await;
+    // The keys are fetched once at start (a good token works).
+    let mut c = g.bearer(&idp.sign(&g.url, json!({})));
+    c.initialize().await;
+    let before = idp.jwks_fetches().await;
+    assert!(before >= 1);
+    // Past the interval: the first unknown kid may look again, once.
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let started = std::time::Instant::now();
+    for i in 0..30 {
+        let t = idp.sign_as(&g.url, json!({}), &format!("spray-{i}"));
+        let (status, _, body) = try_initialize(&g, &g.bearer(&t)).await;
+        assert_eq!(status, 401, "{body}");
+    }
+    let sprayed = idp.jwks_fetches().await - before;
+    let windows = started.elapsed().as_secs() + 1;
+    assert!(
+        sprayed <= windows,
+        "{sprayed} fetches in {windows} interval(s)"
+    );
+    assert!(sprayed >= 1, "an unknown kid never made Gantry look again");
+}

@@ -138,7 +138,7 @@ pub enum AuthError {
 
 fn token_message(e: &OAuthError) -> String {
     match e {
-        OAuthError::Invalid(why) => format!("Unauthorized: {why}"),
+        OAuthError::Invalid(_, why) => format!("Unauthorized: {why}"),
         OAuthError::InsufficientScope { .. } => format!("Forbidden: {e}"),
         OAuthError::Unavailable(_) => format!("Service Unavailable: {e}"),
     }
@@ -153,6 +153,18 @@ impl AuthError {
             }
             Self::InvalidKey | Self::Token(_) => "Bearer realm=\"gantry\", error=\"invalid_token\"",
             Self::Malformed(_) => "Bearer realm=\"gantry\", error=\"invalid_request\"",
+        }
+    }
+
+    /// The refusal's metric label (a fixed set).
+    pub fn label(&self) -> &'static str {
+        match self {
+            Self::Missing | Self::NoToken => "no_credentials",
+            Self::InvalidKey => "invalid_key",
+            Self::Malformed(_) => "malformed",
+            Self::Token(OAuthError::Invalid(label, _)) => label,
+            Self::Token(OAuthError::InsufficientScope { .. }) => "insufficient_scope",
+            Self::Token(OAuthError::Unavailable(_)) => "issuer_unavailable",
         }
     }
 
@@ -304,7 +316,7 @@ impl Authenticator {
                 Some(("invalid_token", "the credentials are not valid")),
                 None,
             ),
-            AuthError::Token(OAuthError::Invalid(why)) => {
+            AuthError::Token(OAuthError::Invalid(_, why)) => {
                 rs.challenge(Some(("invalid_token", why)), None)
             }
             AuthError::Token(OAuthError::InsufficientScope { missing, ask }) => rs.challenge(

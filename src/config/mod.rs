@@ -334,6 +334,58 @@ mod tests {
     }
 
     #[test]
+    fn oauth_settings_are_checked() {
+        let with = |server: &str, oauth: &str| {
+            let text = format!(
+                "[server]\n{server}\n[auth.oauth]\n{oauth}\n[[backends]]\nname = \"a\"\nstdio = {{ command = \"a\" }}\n"
+            );
+            let file: ConfigFile = toml::from_str(&text).unwrap();
+            file.validate("t.toml", &env)
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        };
+        let issuer = "[[auth.oauth.issuers]]\nissuer = \"https://idp.example.com\"";
+        assert!(with("", issuer).is_ok(), "loopback needs no public_url");
+        let err = with("listen = \"0.0.0.0:8080\"", issuer).unwrap_err();
+        assert!(
+            err.contains("server.public_url: required with [auth.oauth]"),
+            "{err}"
+        );
+        let err = with(
+            "listen = \"0.0.0.0:8080\"\npublic_url = \"http://mcp.example.com/mcp\"",
+            issuer,
+        )
+        .unwrap_err();
+        assert!(err.contains("plain http beyond loopback"), "{err}");
+        assert!(with(
+            "listen = \"0.0.0.0:8080\"\npublic_url = \"https://mcp.example.com/mcp\"",
+            issuer
+        )
+        .is_ok());
+        let err = with("", &format!("algorithms = [\"HS256\", \"none\"]\n{issuer}")).unwrap_err();
+        assert!(
+            err.contains("`HS256` is not accepted") && err.contains("`none` is not accepted"),
+            "{err}"
+        );
+        let err = with(
+            "",
+            "[[auth.oauth.issuers]]\nissuer = \"http://idp.example.com\"",
+        )
+        .unwrap_err();
+        assert!(
+            err.contains("auth.oauth.issuers[0].issuer") && err.contains("plain http"),
+            "{err}"
+        );
+        let err = with("", "issuers = []").unwrap_err();
+        assert!(
+            err.contains("auth.oauth.issuers: name at least one"),
+            "{err}"
+        );
+        let err = with("", &format!("required_scopes = [\"a b\"]\n{issuer}")).unwrap_err();
+        assert!(err.contains("scope `a b`"), "{err}");
+    }
+
+    #[test]
     fn unknown_keys_are_rejected() {
         let err = Config::from_toml("[server]\nlisten_on = \"x\"\n", "t.toml").unwrap_err();
         assert!(err.to_string().contains("listen_on"), "{err}");

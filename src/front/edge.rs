@@ -35,6 +35,10 @@ pub(super) async fn authenticate(
             } else {
                 tracing::info!(method = %req.method(), path = req.uri().path(), reason = %e, "request refused: bad credentials");
             }
+            app.metrics
+                .auth_failures
+                .with_label_values(&[e.label()])
+                .inc();
             let challenge = app.auth.challenge(&e);
             FrontError::Unauthorized(e, challenge).into_response()
         }

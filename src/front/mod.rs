@@ -191,6 +191,15 @@ async fn metrics(State(app): State<Arc<App>>) -> HttpResponse {
         .set(i64::try_from(app.calls_in_flight()).unwrap_or(i64::MAX));
     m.calls_awaiting_input
         .set(i64::try_from(app.mrtr.len()).unwrap_or(i64::MAX));
+    if let Some(rs) = app.auth.oauth() {
+        for (issuer, ok, failed) in rs.jwks_fetches() {
+            Metrics::catch_up(&m.jwks_fetches.with_label_values(&[issuer, "ok"]), ok);
+            Metrics::catch_up(
+                &m.jwks_fetches.with_label_values(&[issuer, "failed"]),
+                failed,
+            );
+        }
+    }
     for (name, stats) in app.router.backend_stats() {
         m.backend_up
             .with_label_values(&[name])

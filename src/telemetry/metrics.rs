@@ -90,6 +90,10 @@ pub struct Metrics {
     pub backend_restarts: IntCounterVec,
     /// Backend messages attributable to no single client (dropped), by backend.
     pub backend_unattributed: IntCounterVec,
+    /// Requests refused at authentication, by reason (a fixed set).
+    pub auth_failures: IntCounterVec,
+    /// Fetches of an issuer's signing keys, by issuer (configured) and outcome.
+    pub jwks_fetches: IntCounterVec,
     /// `requests` and `latency` per method label (`METHODS`, then `other`).
     by_method: Vec<MethodSeries>,
 }
@@ -167,6 +171,20 @@ impl Metrics {
             ),
             &["backend"],
         )?;
+        let auth_failures = IntCounterVec::new(
+            Opts::new(
+                "auth_failures_total",
+                "Requests refused at authentication, by reason",
+            ),
+            &["reason"],
+        )?;
+        let jwks_fetches = IntCounterVec::new(
+            Opts::new(
+                "oauth_jwks_fetches_total",
+                "Fetches of an authorization server's signing keys, by issuer and outcome",
+            ),
+            &["issuer", "outcome"],
+        )?;
         let by_method = METHODS
             .iter()
             .copied()
@@ -198,6 +216,8 @@ impl Metrics {
         registry.register(Box::new(backend_pending.clone()))?;
         registry.register(Box::new(backend_restarts.clone()))?;
         registry.register(Box::new(backend_unattributed.clone()))?;
+        registry.register(Box::new(auth_failures.clone()))?;
+        registry.register(Box::new(jwks_fetches.clone()))?;
         Ok(Self {
             registry,
             requests,
@@ -211,6 +231,8 @@ impl Metrics {
             backend_pending,
             backend_restarts,
             backend_unattributed,
+            auth_failures,
+            jwks_fetches,
             by_method,
         })
     }

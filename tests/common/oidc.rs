@@ -105,6 +105,24 @@ impl Provider {
         assert!(r.status().is_success(), "add resource: {}", r.status());
     }
 
+    /// How many times the provider's JWKS was fetched.
+    pub(crate) async fn jwks_fetches(&self) -> u64 {
+        let url = self.info["admin_resources_url"]
+            .as_str()
+            .unwrap()
+            .replace("/__test/resources", "/__test/requests");
+        let v: Value = self
+            .http
+            .get(url)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        v["jwks"].as_u64().unwrap()
+    }
+
     /// A real access token for `resource` from the client-credentials grant.
     pub(crate) async fn client_token(&self, resource: &str, scope: &str) -> String {
         let c = &self.info["clients"]["minter"];
@@ -132,6 +150,11 @@ impl Provider {
     /// A token signed with the provider's own key: `claims` over the defaults
     /// (`iss`, `sub`, `aud`, `iat`, `exp` in 5 minutes, `scope`); a `null` removes one.
     pub(crate) fn sign(&self, aud: &str, claims: Value) -> String {
+        self.sign_as(aud, claims, self.keys[0]["kid"].as_str().unwrap())
+    }
+
+    /// [`Provider::sign`] with the provider's key but another `kid` in the header.
+    pub(crate) fn sign_as(&self, aud: &str, claims: Value, kid: &str) -> String {
         let key = &self.keys[0];
         let now = now();
         let mut c = json!({
@@ -146,7 +169,7 @@ impl Provider {
             }
         }
         let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::RS256);
-        header.kid = key["kid"].as_str().map(str::to_owned);
+        header.kid = Some(kid.to_owned());
         let pem = key["private_pem"].as_str().unwrap();
         let enc = jsonwebtoken::EncodingKey::from_rsa_pem(pem.as_bytes()).unwrap();
         jsonwebtoken::encode(&header, &c, &enc).unwrap()

@@ -179,6 +179,8 @@ handle = async (req, res) => {
   const url = new URL(req.url, origin);
   const path = url.pathname;
   if (path.startsWith('/__test/')) return admin(req, res, url);
+  // Counted for the tests (how often a resource server fetches the keys).
+  if (path === `${issuerPath}/jwks`) requests.jwks += 1;
 
   // Discovery documents: which URL forms are served (--discovery).
   //   oidc : {issuer}/.well-known/openid-configuration            (OpenID Connect Discovery)
@@ -225,8 +227,12 @@ handle = async (req, res) => {
   return callback(req, res);
 };
 
+/** Requests counted for the tests (`GET /__test/requests`). */
+const requests = { jwks: 0 };
+
 /** Test-only admin API at the origin (outside the issuer path). */
 async function admin(req, res, url) {
+  if (url.pathname === '/__test/requests') return json(res, 200, requests);
   if (url.pathname !== '/__test/resources') return notFound(res);
   if (req.method === 'GET') return json(res, 200, { resources: Object.fromEntries(resources) });
   if (req.method !== 'POST') return json(res, 405, { error: 'method not allowed' });

@@ -38,6 +38,9 @@ pub(super) struct Issuer {
     refetch: Duration,
     http: reqwest::Client,
     cache: Mutex<Cache>,
+    /// Key-set fetches that worked and that failed (metrics).
+    pub fetched_ok: std::sync::atomic::AtomicU64,
+    pub fetch_failed: std::sync::atomic::AtomicU64,
 }
 
 /// The metadata URLs to try for an issuer, in order (MCP 2025-11-25 §Authorization
@@ -75,6 +78,8 @@ impl Issuer {
             refetch,
             http,
             cache: Mutex::new(Cache::default()),
+            fetched_ok: Default::default(),
+            fetch_failed: Default::default(),
         }
     }
 
@@ -162,6 +167,16 @@ impl Issuer {
     }
 
     async fn fetch_keys(&self, cache: &mut Cache) -> Result<(), OAuthError> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let r = self.fetch_keys_once(cache).await;
+        match &r {
+            Ok(()) => self.fetched_ok.fetch_add(1, Relaxed),
+            Err(_) => self.fetch_failed.fetch_add(1, Relaxed),
+        };
+        r
+    }
+
+    async fn fetch_keys_once(&self, cache: &mut Cache) -> Result<(), OAuthError> {
         let meta = self.metadata(cache).await?;
         cache.fetched = Some(Instant::now());
         let doc = self
@@ -220,10 +235,15 @@ impl Issuer {
                 return Ok(j);
             }
         }
-        Err(OAuthError::Invalid(match kid {
-            Some(_) => "the token is signed with a key its issuer does not publish".into(),
-            None => "the token names no key (kid) and its issuer has no single fitting key".into(),
-        }))
+        Err(OAuthError::Invalid(
+            "unknown_key",
+            match kid {
+                Some(_) => "the token is signed with a key its issuer does not publish".into(),
+                None => {
+                    "the token names no key (kid) and its issuer has no single fitting key".into()
+                }
+            },
+        ))
     }
 }
 

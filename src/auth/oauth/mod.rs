@@ -25,8 +25,9 @@ use std::time::Duration;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum OAuthError {
     /// Invalid, expired, not for Gantry, from an untrusted issuer: 401 `invalid_token`.
-    #[error("{0}")]
-    Invalid(String),
+    /// The label is the reason's metric label (a fixed set).
+    #[error("{1}")]
+    Invalid(&'static str, String),
     /// Valid, but without a scope Gantry requires: 403 `insufficient_scope`.
     #[error("the token lacks the scope {missing}")]
     InsufficientScope {
@@ -176,6 +177,21 @@ impl ResourceServer {
         }
     }
 
+    /// Key-set fetches per issuer: (issuer, worked, failed).
+    pub fn jwks_fetches(&self) -> Vec<(&str, u64, u64)> {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.issuers
+            .iter()
+            .map(|i| {
+                (
+                    i.id.as_str(),
+                    i.fetched_ok.load(Relaxed),
+                    i.fetch_failed.load(Relaxed),
+                )
+            })
+            .collect()
+    }
+
     /// The protected-resource metadata served at `path`.
     pub fn metadata(&self, path: &str) -> Value {
         self.resource.metadata(
@@ -188,38 +204,45 @@ impl ResourceServer {
 
     /// Checks a JWT access token; who it speaks for, or why not.
     pub async fn validate(&self, token: &str) -> Result<TokenInfo, OAuthError> {
-        let invalid = |why: &str| OAuthError::Invalid(why.to_owned());
+        let invalid = |label: &'static str, why: &str| OAuthError::Invalid(label, why.to_owned());
         let header = jsonwebtoken::decode_header(token).map_err(|_| {
             // A readable header with an algorithm Gantry does not know (`none`) says so.
             match segment_json(token, 0).and_then(|h| h.get("alg")?.as_str().map(str::to_owned)) {
-                Some(alg) => OAuthError::Invalid(format!(
-                    "the token's algorithm `{}` is not accepted",
-                    alg.chars().take(16).collect::<String>()
-                )),
-                None => invalid("the access token is not a readable JWT"),
+                Some(alg) => OAuthError::Invalid(
+                    "algorithm",
+                    format!(
+                        "the token's algorithm `{}` is not accepted",
+                        alg.chars().take(16).collect::<String>()
+                    ),
+                ),
+                None => invalid("not_jwt", "the access token is not a readable JWT"),
             }
         })?;
         if !self.algorithms.contains(&header.alg) {
-            return Err(OAuthError::Invalid(format!(
-                "the token's algorithm {:?} is not accepted",
-                header.alg
-            )));
+            return Err(OAuthError::Invalid(
+                "algorithm",
+                format!("the token's algorithm {:?} is not accepted", header.alg),
+            ));
         }
-        let claims =
-            unverified_claims(token).ok_or_else(|| invalid("the token's claims are not JSON"))?;
+        let claims = unverified_claims(token)
+            .ok_or_else(|| invalid("not_jwt", "the token's claims are not JSON"))?;
         let iss = claims.get("iss").and_then(Value::as_str).unwrap_or("");
         let issuer = self.issuers.iter().find(|i| i.id == iss).ok_or_else(|| {
-            invalid("the token is from an authorization server Gantry does not trust")
+            invalid(
+                "untrusted_issuer",
+                "the token is from an authorization server Gantry does not trust",
+            )
         })?;
         let alg = header.alg;
         let jwk = issuer.key(header.kid.as_deref(), |j| fits(alg, j)).await?;
         if !fits(alg, &jwk) {
             return Err(invalid(
+                "algorithm",
                 "the token's algorithm does not fit the key it names",
             ));
         }
-        let key =
-            DecodingKey::from_jwk(&jwk).map_err(|_| invalid("the issuer's key is unusable"))?;
+        let key = DecodingKey::from_jwk(&jwk)
+            .map_err(|_| invalid("unknown_key", "the issuer's key is unusable"))?;
         let mut v = Validation::new(alg);
         v.leeway = self.leeway.as_secs();
         v.validate_exp = true;
@@ -230,14 +253,24 @@ impl ResourceServer {
         let data = jsonwebtoken::decode::<serde_json::Map<String, Value>>(token, &key, &v)
             .map_err(|e| {
                 use jsonwebtoken::errors::ErrorKind as K;
-                OAuthError::Invalid(match e.kind() {
-                    K::ExpiredSignature => "the token has expired".into(),
-                    K::ImmatureSignature => "the token is not valid yet (nbf)".into(),
-                    K::InvalidSignature => "the token's signature is not valid".into(),
-                    K::MissingRequiredClaim(c) => format!("the token has no `{c}` claim"),
-                    K::InvalidIssuer => "the token's issuer does not match".into(),
-                    _ => "the token is not valid".into(),
-                })
+                let (label, why) = match e.kind() {
+                    K::ExpiredSignature => ("expired", "the token has expired".into()),
+                    K::ImmatureSignature => {
+                        ("not_yet_valid", "the token is not valid yet (nbf)".into())
+                    }
+                    K::InvalidSignature => {
+                        ("signature", "the token's signature is not valid".into())
+                    }
+                    K::MissingRequiredClaim(c) => {
+                        ("missing_claim", format!("the token has no `{c}` claim"))
+                    }
+                    K::InvalidIssuer => (
+                        "untrusted_issuer",
+                        "the token's issuer does not match".into(),
+                    ),
+                    _ => ("invalid", "the token is not valid".into()),
+                };
+                OAuthError::Invalid(label, why)
             })?;
         let claims = data.claims;
         let now = now_secs();
@@ -246,7 +279,10 @@ impl ResourceServer {
             .and_then(Value::as_u64)
             .is_some_and(|iat| iat > now + self.leeway.as_secs())
         {
-            return Err(invalid("the token was issued in the future (iat)"));
+            return Err(invalid(
+                "issued_in_future",
+                "the token was issued in the future (iat)",
+            ));
         }
         let for_us = match claims.get("aud") {
             Some(Value::String(a)) => self.resource.is_audience(a),
@@ -257,16 +293,19 @@ impl ResourceServer {
             _ => false,
         };
         if !for_us {
-            return Err(OAuthError::Invalid(format!(
-                "the token's audience is not this server ({})",
-                self.resource.url()
-            )));
+            return Err(OAuthError::Invalid(
+                "audience",
+                format!(
+                    "the token's audience is not this server ({})",
+                    self.resource.url()
+                ),
+            ));
         }
         let subject = claims
             .get("sub")
             .and_then(Value::as_str)
             .filter(|s| !s.is_empty())
-            .ok_or_else(|| invalid("the token has no subject"))?
+            .ok_or_else(|| invalid("missing_claim", "the token has no subject"))?
             .to_owned();
         let scopes: Vec<String> = match claims.get("scope").or_else(|| claims.get("scp")) {
             Some(Value::String(s)) => s.split_whitespace().map(str::to_owned).collect(),
