@@ -421,3 +421,71 @@ async fn unknown_key_ids_cannot_make_gantry_hammer_the_issuer() {
     );
     assert!(sprayed >= 1, "an unknown kid never made Gantry look again");
 }
+
+/// Opaque tokens are checked with the provider's introspection endpoint, as
+/// Gantry's own client: the provider's token for Gantry works, an unknown one is
+/// 401, and wrong introspection credentials are Gantry's problem (503), not the
+/// client's.
+#[tokio::test]
+async fn opaque_tokens_are_introspected() {
+    let idp = Provider::start(&[]);
+    let client = &idp.info["clients"]["introspector"];
+    let with_secret = |secret: &str| {
+        format!(
+            "[auth.oauth]\nrequired_scopes = [\"mcp:read\"]\n[[auth.oauth.issuers]]\nissuer = {:?}\n\
+             introspection = {{ client_id = {:?}, client_secret = {secret:?} }}\n",
+            idp.issuer(),
+            client["client_id"].as_str().unwrap(),
+        )
+    };
+    let g = gantry()
+        .section(&with_secret(client["client_secret"].as_str().unwrap()))
+        .backend(example())
+        .start();
+    idp.add_resource(&g.url, "opaque").await;
+    let token = idp.client_token(&g.url, "mcp:read").await;
+    assert_eq!(
+        token.split('.').count(),
+        1,
+        "expected an opaque token: {token}"
+    );
+    let mut c = g.bearer(&token);
+    c.initialize().await;
+    let r = c
+        .call_tool(json!(2), "echo", json!({"message": "opaque"}))
+        .await;
+    assert_eq!(r["result"]["content"][0]["text"], "opaque", "{r}");
+
+    let (status, challenge, body) =
+        try_initialize(&g, &g.bearer("not-a-token-the-issuer-knows")).await;
+    assert_eq!(status, 401, "{body}");
+    assert!(challenge.contains("error=\"invalid_token\""), "{challenge}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("not active"),
+        "{body}"
+    );
+
+    // Active, but for another resource: refused.
+    let elsewhere = format!("{}-other", g.url);
+    idp.add_resource(&elsewhere, "opaque").await;
+    let other = idp.client_token(&elsewhere, "mcp:read").await;
+    let (status, _, body) = try_initialize(&g, &g.bearer(&other)).await;
+    assert_eq!(status, 401, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("audience"),
+        "{body}"
+    );
+
+    let wrong = gantry()
+        .section(&with_secret("wrong-secret"))
+        .backend(example())
+        .start();
+    let (status, _, body) = try_initialize(&wrong, &wrong.bearer(&token)).await;
+    assert_eq!(status, 503, "{body}");
+}

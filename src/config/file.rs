@@ -186,6 +186,21 @@ pub struct OAuthConfig {
     /// `resource_name` of the protected-resource metadata. Default `Gantry`.
     #[serde(default = "default_resource_name")]
     pub resource_name: String,
+    /// An introspected token's answer is reused this long (at most until the token
+    /// expires; an inactive answer at most 10s). Default `60s`.
+    #[serde(default = "default_introspection_ttl", with = "humantime_serde")]
+    pub introspection_cache_ttl: Duration,
+    /// Introspection answers kept at most. Default 10000.
+    #[serde(default = "default_introspection_entries")]
+    pub introspection_cache_entries: usize,
+}
+
+fn default_introspection_ttl() -> Duration {
+    Duration::from_secs(60)
+}
+
+fn default_introspection_entries() -> usize {
+    10_000
 }
 
 /// One trusted authorization server.
@@ -199,6 +214,40 @@ pub struct IssuerConfig {
     /// Where its signing keys are, instead of the discovered `jwks_uri`.
     #[serde(default)]
     pub jwks_uri: Option<String>,
+    /// Opaque (non-JWT) tokens are checked with this issuer's RFC 7662 introspection
+    /// endpoint, as this client.
+    #[serde(default)]
+    pub introspection: Option<IntrospectionConfig>,
+}
+
+/// Gantry's credentials at an issuer's introspection endpoint.
+#[derive(Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct IntrospectionConfig {
+    /// Default: the `introspection_endpoint` of the issuer's metadata.
+    #[serde(default)]
+    pub endpoint: Option<String>,
+    pub client_id: String,
+    /// `${VAR}` is replaced with the variable's value.
+    pub client_secret: String,
+    /// `client_secret_basic` (default) or `client_secret_post`.
+    #[serde(default = "default_client_auth")]
+    pub auth_method: String,
+}
+
+impl std::fmt::Debug for IntrospectionConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IntrospectionConfig")
+            .field("endpoint", &self.endpoint)
+            .field("client_id", &self.client_id)
+            .field("client_secret", &"<redacted>")
+            .field("auth_method", &self.auth_method)
+            .finish()
+    }
+}
+
+fn default_client_auth() -> String {
+    "client_secret_basic".into()
 }
 
 fn default_algorithms() -> Vec<String> {

@@ -234,7 +234,7 @@ impl ConfigFile {
             }
         }
         validate_auth(&mut self.auth, &mut problems);
-        super::validate_oauth::check(&mut self.server, listen, &mut self.auth, &mut problems);
+        super::validate_oauth::check(&mut self.server, listen, &mut self.auth, env, &mut problems);
         match (problems.is_empty(), listen) {
             (true, Some(listen)) => Ok(Config {
                 server: self.server,

@@ -46,6 +46,7 @@ pub(super) fn check(
     server: &mut ServerConfig,
     listen: Option<SocketAddr>,
     auth: &mut AuthConfig,
+    env: &dyn Fn(&str) -> Option<String>,
     problems: &mut Vec<String>,
 ) {
     if let Some(p) = &server.public_url {
@@ -72,7 +73,7 @@ pub(super) fn check(
         );
     }
     let mut seen = std::collections::HashSet::new();
-    for (i, iss) in oauth.issuers.iter().enumerate() {
+    for (i, iss) in oauth.issuers.iter_mut().enumerate() {
         let key = format!("auth.oauth.issuers[{i}]");
         if let Some(p) = url_problem(&format!("{key}.issuer"), &iss.issuer) {
             problems.push(p);
@@ -83,6 +84,35 @@ pub(super) fn check(
             .and_then(|j| url_problem(&format!("{key}.jwks_uri"), j))
         {
             problems.push(p);
+        }
+        if let Some(intro) = iss.introspection.as_mut() {
+            let key = format!("{key}.introspection");
+            if let Some(p) = intro
+                .endpoint
+                .as_deref()
+                .and_then(|e| url_problem(&format!("{key}.endpoint"), e))
+            {
+                problems.push(p);
+            }
+            match super::interpolate(&intro.client_secret, env) {
+                Ok(v) if !v.is_empty() => intro.client_secret = v,
+                Ok(_) => problems.push(format!("{key}.client_secret: is empty")),
+                Err(var) => problems.push(format!(
+                    "{key}.client_secret: environment variable `{var}` is not set"
+                )),
+            }
+            if intro.client_id.is_empty() {
+                problems.push(format!("{key}.client_id: is empty"));
+            }
+            if !matches!(
+                intro.auth_method.as_str(),
+                "client_secret_basic" | "client_secret_post"
+            ) {
+                problems.push(format!(
+                    "{key}.auth_method: `{}` is not client_secret_basic or client_secret_post",
+                    intro.auth_method
+                ));
+            }
         }
         if !seen.insert(iss.issuer.clone()) {
             problems.push(format!("{key}.issuer: `{}` is listed twice", iss.issuer));
@@ -101,6 +131,9 @@ pub(super) fn check(
     }
     if oauth.leeway > Duration::from_secs(300) {
         problems.push("auth.oauth.leeway: at most 5m".into());
+    }
+    if oauth.introspection_cache_entries == 0 {
+        problems.push("auth.oauth.introspection_cache_entries: must be at least 1".into());
     }
     if oauth.jwks_refetch_interval < Duration::from_secs(1) {
         problems.push("auth.oauth.jwks_refetch_interval: must be at least 1s".into());

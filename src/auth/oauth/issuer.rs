@@ -21,6 +21,7 @@ const RETRY_DISCOVERY: Duration = Duration::from_secs(5);
 #[derive(Debug, Clone)]
 pub(super) struct Metadata {
     pub jwks_uri: String,
+    pub introspection_endpoint: Option<String>,
 }
 
 #[derive(Default)]
@@ -35,6 +36,8 @@ pub(super) struct Issuer {
     /// The issuer identifier, as configured (and as in its tokens' `iss`).
     pub id: String,
     jwks_override: Option<String>,
+    /// Gantry's client at the introspection endpoint, if opaque tokens are checked.
+    pub introspection: Option<crate::config::IntrospectionConfig>,
     refetch: Duration,
     http: reqwest::Client,
     cache: Mutex<Cache>,
@@ -67,14 +70,14 @@ pub(super) fn discovery_urls(issuer: &str) -> Vec<String> {
 
 impl Issuer {
     pub(super) fn new(
-        id: &str,
-        jwks_override: Option<&str>,
+        cfg: &crate::config::IssuerConfig,
         refetch: Duration,
         http: reqwest::Client,
     ) -> Self {
         Self {
-            id: id.to_owned(),
-            jwks_override: jwks_override.map(str::to_owned),
+            id: cfg.issuer.clone(),
+            jwks_override: cfg.jwks_uri.clone(),
+            introspection: cfg.introspection.clone(),
             refetch,
             http,
             cache: Mutex::new(Cache::default()),
@@ -131,7 +134,14 @@ impl Issuer {
                         tried.push(format!("{url}: no jwks_uri"));
                         continue;
                     };
-                    return Ok(Metadata { jwks_uri });
+                    let introspection_endpoint = doc
+                        .get("introspection_endpoint")
+                        .and_then(|v| v.as_str())
+                        .map(str::to_owned);
+                    return Ok(Metadata {
+                        jwks_uri,
+                        introspection_endpoint,
+                    });
                 }
                 Err(e) => tried.push(e),
             }
@@ -191,6 +201,66 @@ impl Issuer {
         Ok(())
     }
 
+    /// Asks the issuer about an opaque token (RFC 7662): its answer, as JSON.
+    pub(super) async fn introspect(&self, token: &str) -> Result<serde_json::Value, OAuthError> {
+        let Some(client) = &self.introspection else {
+            return Err(OAuthError::Unavailable(
+                "no introspection configured".into(),
+            ));
+        };
+        let endpoint = match &client.endpoint {
+            Some(e) => e.clone(),
+            None => {
+                let mut cache = self.cache.lock().await;
+                self.metadata(&mut cache).await?.introspection_endpoint.ok_or_else(|| {
+                    OAuthError::Unavailable(format!(
+                        "issuer {} publishes no introspection_endpoint (set introspection.endpoint)",
+                        self.id
+                    ))
+                })?
+            }
+        };
+        let mut form = vec![("token", token), ("token_type_hint", "access_token")];
+        let mut req = self
+            .http
+            .post(&endpoint)
+            .header(reqwest::header::ACCEPT, "application/json")
+            .timeout(FETCH_TIMEOUT);
+        if client.auth_method == "client_secret_post" {
+            form.push(("client_id", &client.client_id));
+            form.push(("client_secret", &client.client_secret));
+        } else {
+            req = req.basic_auth(
+                form_encode(&client.client_id),
+                Some(form_encode(&client.client_secret)),
+            );
+        }
+        let resp = req
+            .form(&form)
+            .send()
+            .await
+            .map_err(|e| OAuthError::Unavailable(format!("{endpoint}: {}", error_chain(&e))))?;
+        let status = resp.status();
+        if !status.is_success() {
+            tracing::warn!(issuer = %self.id, status = status.as_u16(), "introspection refused Gantry's request (check introspection.client_id / client_secret)");
+            return Err(OAuthError::Unavailable(format!(
+                "{endpoint}: HTTP {}",
+                status.as_u16()
+            )));
+        }
+        let body = resp
+            .bytes()
+            .await
+            .map_err(|e| OAuthError::Unavailable(format!("{endpoint}: {}", error_chain(&e))))?;
+        if body.len() > MAX_DOCUMENT_BYTES {
+            return Err(OAuthError::Unavailable(format!(
+                "{endpoint}: answer too large"
+            )));
+        }
+        serde_json::from_slice(&body)
+            .map_err(|e| OAuthError::Unavailable(format!("{endpoint}: not JSON ({e})")))
+    }
+
     /// Fetches the metadata and keys ahead of the first token.
     pub(super) async fn warm_up(&self) {
         let mut cache = self.cache.lock().await;
@@ -245,6 +315,21 @@ impl Issuer {
             },
         ))
     }
+}
+
+/// RFC 6749 §2.3.1: client credentials in HTTP Basic are form-encoded first.
+fn form_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'*' | b'-' | b'.' | b'_' => {
+                out.push(char::from(b));
+            }
+            b' ' => out.push('+'),
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@
 //! from headers alone; a key the issuer lacks is fetched again at most once per
 //! `jwks_refetch_interval`, whatever clients send.
 
+mod introspect;
 mod issuer;
 pub mod resource;
 
@@ -61,6 +62,7 @@ pub struct ResourceServer {
     algorithms: Vec<Algorithm>,
     leeway: Duration,
     resource_name: String,
+    introspected: introspect::Cache,
 }
 
 impl std::fmt::Debug for ResourceServer {
@@ -134,14 +136,7 @@ impl ResourceServer {
         let issuers = cfg
             .issuers
             .iter()
-            .map(|i| {
-                Arc::new(Issuer::new(
-                    &i.issuer,
-                    i.jwks_uri.as_deref(),
-                    cfg.jwks_refetch_interval,
-                    http.clone(),
-                ))
-            })
+            .map(|i| Arc::new(Issuer::new(i, cfg.jwks_refetch_interval, http.clone())))
             .collect();
         let algorithms = cfg
             .algorithms
@@ -160,6 +155,10 @@ impl ResourceServer {
             algorithms,
             leeway: cfg.leeway,
             resource_name: cfg.resource_name.clone(),
+            introspected: introspect::Cache::new(
+                cfg.introspection_cache_ttl,
+                cfg.introspection_cache_entries,
+            ),
         })
     }
 
@@ -202,8 +201,73 @@ impl ResourceServer {
         )
     }
 
-    /// Checks a JWT access token; who it speaks for, or why not.
+    /// Checks an access token — a JWT by its signature, an opaque one by
+    /// introspection — and the scopes Gantry requires; who it speaks for, or why not.
     pub async fn validate(&self, token: &str) -> Result<TokenInfo, OAuthError> {
+        let info = if token.split('.').count() == 3 || !self.introspects() {
+            self.validate_jwt(token).await?
+        } else {
+            self.validate_opaque(token).await?
+        };
+        self.check_scopes(info)
+    }
+
+    fn introspects(&self) -> bool {
+        self.issuers.iter().any(|i| i.introspection.is_some())
+    }
+
+    /// An opaque token: the cached answer, or the first issuer (with introspection)
+    /// that says it is active.
+    async fn validate_opaque(&self, token: &str) -> Result<TokenInfo, OAuthError> {
+        let key = introspect::digest(token);
+        if let Some(answer) = self.introspected.get(&key) {
+            return answer;
+        }
+        let mut last = None;
+        for issuer in self.issuers.iter().filter(|i| i.introspection.is_some()) {
+            let doc = issuer.introspect(token).await?;
+            let (answer, exp) = introspect::read_answer(&doc, &issuer.id, &self.resource);
+            if doc.get("active") == Some(&Value::Bool(true)) {
+                self.introspected.put(key, answer.clone(), exp);
+                return answer;
+            }
+            last = Some((answer, exp));
+        }
+        let (answer, exp) = last.unwrap_or((
+            Err(OAuthError::Invalid(
+                "inactive",
+                "the token is not active".into(),
+            )),
+            None,
+        ));
+        self.introspected.put(key, answer.clone(), exp);
+        answer
+    }
+
+    /// The required scopes: all granted, or 403 asking for granted + missing.
+    fn check_scopes(&self, info: TokenInfo) -> Result<TokenInfo, OAuthError> {
+        let missing: Vec<&String> = self
+            .required_scopes
+            .iter()
+            .filter(|s| !info.scopes.contains(s))
+            .collect();
+        if missing.is_empty() {
+            return Ok(info);
+        }
+        let mut ask = info.scopes.clone();
+        ask.extend(missing.iter().map(|s| (*s).clone()));
+        Err(OAuthError::InsufficientScope {
+            missing: missing
+                .iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join(" "),
+            ask: ask.join(" "),
+        })
+    }
+
+    /// A JWT access token: signature, algorithm, issuer, audience, lifetime.
+    async fn validate_jwt(&self, token: &str) -> Result<TokenInfo, OAuthError> {
         let invalid = |label: &'static str, why: &str| OAuthError::Invalid(label, why.to_owned());
         let header = jsonwebtoken::decode_header(token).map_err(|_| {
             // A readable header with an algorithm Gantry does not know (`none`) says so.
@@ -321,23 +385,6 @@ impl ResourceServer {
             .or_else(|| claims.get("azp"))
             .and_then(Value::as_str)
             .map(str::to_owned);
-        let missing: Vec<&String> = self
-            .required_scopes
-            .iter()
-            .filter(|s| !scopes.contains(s))
-            .collect();
-        if !missing.is_empty() {
-            let mut ask = scopes.clone();
-            ask.extend(missing.iter().map(|s| (*s).clone()));
-            return Err(OAuthError::InsufficientScope {
-                missing: missing
-                    .iter()
-                    .map(|s| s.as_str())
-                    .collect::<Vec<_>>()
-                    .join(" "),
-                ask: ask.join(" "),
-            });
-        }
         Ok(TokenInfo {
             issuer: issuer.id.clone(),
             subject,
