@@ -53,6 +53,8 @@ pub struct ClientView {
     /// The client's era. A stateless-era client gets an `input_required` result as
     /// is; a session-era client gets it translated into server→client requests.
     pub era: Era,
+    /// The caller under `[[auth.rules]]` (`None`: no rules, or Gantry's own request).
+    pub access: Option<Arc<crate::auth::policy::Access>>,
 }
 
 impl Default for ClientView {
@@ -62,6 +64,7 @@ impl Default for ClientView {
             capabilities: None,
             log_level: None,
             era: Era::Session,
+            access: None,
         }
     }
 }

@@ -489,3 +489,92 @@ async fn opaque_tokens_are_introspected() {
     let (status, _, body) = try_initialize(&wrong, &wrong.bearer(&token)).await;
     assert_eq!(status, 503, "{body}");
 }
+
+/// `[[auth.rules]]`: a tool that needs a scope is missing from the lists of a caller
+/// without it, and calling it gets the 403 step-up challenge; the official SDK
+/// client steps up (a second authorization asking for granted + needed scopes) and
+/// its resent call works. A tool kept for other principals is as unknown, and
+/// absent from the list, for everyone else.
+#[tokio::test]
+async fn per_tool_rules_hide_tools_and_the_sdk_steps_up_for_a_scope() {
+    let idp = Provider::start(&[]);
+    let oauth = format!(
+        "[auth.oauth]\nrequired_scopes = [\"mcp:read\"]\n[[auth.oauth.issuers]]\nissuer = {:?}\n\
+         [[auth.rules]]\ntools = [\"echo\"]\nscopes = [\"mcp:admin\"]\n\
+         [[auth.rules]]\ntools = [\"slow\"]\nprincipals = [\"ops\"]\n",
+        idp.issuer()
+    );
+    let g = gantry()
+        .section(&oauth)
+        .api_key("ops", "ops-key")
+        .backend(example())
+        .start();
+    idp.add_resource(&g.url, "jwt").await;
+
+    // A reader: neither tool listed; echo asks for a step-up, slow is unknown.
+    let mut reader = g.bearer(&idp.sign(&g.url, json!({"scope": "mcp:read"})));
+    reader.initialize().await;
+    let names = |r: &Reply| -> Vec<String> {
+        r.response(&json!(1)).unwrap()["result"]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let listed = names(&reader.request(json!(1), "tools/list", json!({})).await);
+    assert!(
+        !listed.iter().any(|n| n == "echo" || n == "slow"),
+        "{listed:?}"
+    );
+    assert!(!listed.is_empty());
+    let r = reader
+        .request(
+            json!(2),
+            "tools/call",
+            json!({"name": "echo", "arguments": {"message": "x"}}),
+        )
+        .await;
+    assert_eq!(r.status, 403, "{}", r.raw);
+    let challenge = r.headers["www-authenticate"].to_str().unwrap();
+    assert!(
+        challenge.starts_with("Bearer error=\"insufficient_scope\""),
+        "{challenge}"
+    );
+    assert!(
+        challenge.contains("scope=\"mcp:read mcp:admin\""),
+        "{challenge}"
+    );
+    let r = reader.call_tool(json!(3), "slow", json!({})).await;
+    assert_rpc_error(&r, -32602, None);
+    assert_eq!(r["error"]["message"], "unknown tool: slow", "{r}");
+
+    // With the scope: echo listed and callable.
+    let mut admin = g.bearer(&idp.sign(&g.url, json!({"scope": "mcp:read mcp:admin"})));
+    admin.initialize().await;
+    assert!(
+        names(&admin.request(json!(1), "tools/list", json!({})).await).contains(&"echo".to_owned())
+    );
+    // The key principal named by the rule sees `slow`; it has no scopes, so no echo.
+    let mut ops = g.bearer("ops-key");
+    ops.initialize().await;
+    let listed = names(&ops.request(json!(1), "tools/list", json!({})).await);
+    assert!(
+        listed.contains(&"slow".to_owned()) && !listed.contains(&"echo".to_owned()),
+        "{listed:?}"
+    );
+
+    // The official SDK: logs in with mcp:read, steps up for echo, and the call works.
+    let flow = sdk_flow(
+        &g.url,
+        &["--tool", "echo", "--args", r#"{"message":"stepped"}"#],
+    );
+    assert_eq!(flow["ok"], true, "{flow}");
+    assert_eq!(flow["call"]["content"][0]["text"], "stepped", "{flow}");
+    assert_eq!(flow["authorizations"], 2, "{flow}");
+    assert_eq!(
+        flow["scopes_requested"],
+        json!(["mcp:read", "mcp:read mcp:admin"]),
+        "{flow}"
+    );
+}

@@ -19,6 +19,7 @@
 //! exact digest match, and `X-API-Key` carries keys only).
 
 pub mod oauth;
+pub mod policy;
 
 use crate::config::AuthConfig;
 use http::header::{HeaderMap, AUTHORIZATION};
@@ -462,6 +463,7 @@ mod tests {
     fn auth(keys: &[(&str, &str)]) -> Authenticator {
         Authenticator::new(&AuthConfig {
             oauth: None,
+            rules: Vec::new(),
             api_keys: keys
                 .iter()
                 .map(|(principal, key)| ApiKeyConfig {
@@ -644,6 +646,7 @@ mod tests {
     fn an_undecodable_digest_fails_closed() {
         let a = Authenticator::new(&AuthConfig {
             oauth: None,
+            rules: Vec::new(),
             api_keys: vec![ApiKeyConfig {
                 principal: "alice".into(),
                 sha256: "not-hex".into(),

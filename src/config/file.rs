@@ -153,6 +153,26 @@ pub struct AuthConfig {
     /// OAuth 2.1 access tokens from trusted authorization servers (`[auth.oauth]`).
     /// API keys keep working beside it.
     pub oauth: Option<OAuthConfig>,
+    /// Who may use which tool, prompt or resource (`[[auth.rules]]`).
+    pub rules: Vec<RuleConfig>,
+}
+
+/// One access rule: the items it covers and what using them takes.
+#[derive(Debug, Deserialize, Clone, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct RuleConfig {
+    /// Globs (`*`, `?`) over tool names as clients see them (`github__delete_*`).
+    pub tools: Vec<String>,
+    /// Globs over prompt names as clients see them.
+    pub prompts: Vec<String>,
+    /// Globs over resource URIs.
+    pub resources: Vec<String>,
+    /// Scopes the caller's token must carry (all): an OAuth caller without them is
+    /// asked to step up (403); a key cannot, and does not see the items.
+    pub scopes: Vec<String>,
+    /// Principals allowed (any; `alice` for a key, `<sub>@<issuer>` for a token);
+    /// anyone else does not see the items. Empty: anyone.
+    pub principals: Vec<String>,
 }
 
 /// Gantry as an OAuth 2.1 resource server (`[auth.oauth]`).

@@ -63,6 +63,24 @@ pub(super) fn check(
             )),
         }
     }
+    for (i, r) in auth.rules.iter().enumerate() {
+        let key = format!("auth.rules[{i}]");
+        if r.tools.is_empty() && r.prompts.is_empty() && r.resources.is_empty() {
+            problems.push(format!(
+                "{key}: name the items it covers (tools, prompts or resources globs)"
+            ));
+        }
+        if r.scopes.is_empty() && r.principals.is_empty() {
+            problems.push(format!(
+                "{key}: say what using the items takes (scopes and/or principals)"
+            ));
+        }
+        if !r.scopes.is_empty() && auth.oauth.is_none() {
+            problems.push(format!(
+                "{key}.scopes: only OAuth tokens carry scopes; configure [auth.oauth] or use principals"
+            ));
+        }
+    }
     let Some(oauth) = auth.oauth.as_mut() else {
         return;
     };

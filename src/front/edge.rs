@@ -160,3 +160,35 @@ pub(super) fn quota_key(
         },
     })
 }
+
+/// Before anything is dispatched: a request for an item whose `[[auth.rules]]` scopes
+/// the caller's token lacks is refused as a whole with 403 `insufficient_scope`, so
+/// the client can step up and resend it (nothing of it ran). Items the caller may
+/// not use at all are left to the router, which answers as for an unknown one.
+pub(super) fn step_up<'a>(
+    app: &App,
+    principal: &crate::auth::Principal,
+    requests: impl IntoIterator<Item = &'a crate::jsonrpc::Request>,
+) -> Result<(), FrontError> {
+    use crate::auth::oauth::OAuthError;
+    use crate::auth::policy::{item_of, Decision};
+    let Some(access) = app.access(principal) else {
+        return Ok(());
+    };
+    for r in requests {
+        let Some((item, name)) = item_of(&r.method, r.params.as_deref()) else {
+            continue;
+        };
+        if let Decision::StepUp { missing, ask } = access.decide(item, &name) {
+            tracing::info!(principal = %principal, method = %r.method, scope = %missing, "request needs a step-up");
+            app.metrics
+                .auth_failures
+                .with_label_values(&["insufficient_scope"])
+                .inc();
+            let e = AuthError::Token(OAuthError::InsufficientScope { missing, ask });
+            let challenge = app.auth.challenge(&e);
+            return Err(FrontError::Unauthorized(e, challenge));
+        }
+    }
+    Ok(())
+}

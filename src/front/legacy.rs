@@ -75,6 +75,14 @@ pub(super) async fn message(
         Ok(Incoming::Batch(ms)) => ms,
         Err(e) => return FrontError::from(e).into_response(),
     };
+    let requests = messages.iter().filter_map(|m| match m {
+        Message::Request(r) => Some(r),
+        _ => None,
+    });
+    if let Err(e) = super::edge::step_up(&app, &principal, requests) {
+        return e.into_response();
+    }
+    session.set_caller(&principal);
     for m in messages {
         handle(app.clone(), session.clone(), m);
     }

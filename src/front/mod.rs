@@ -50,6 +50,8 @@ pub struct App {
     pub sessions: SessionStore,
     /// Who is calling (API keys, or everyone anonymous).
     pub auth: Authenticator,
+    /// `[[auth.rules]]`, if any.
+    pub policy: Option<Arc<crate::auth::policy::Policy>>,
     /// Prometheus metrics.
     pub metrics: Metrics,
     origin: OriginPolicy,
@@ -108,12 +110,23 @@ impl App {
                 },
             ),
             auth,
+            policy: crate::auth::policy::Policy::new(&cfg.auth.rules),
             calls: AtomicUsize::new(0),
             stopping: CancellationToken::new(),
             mrtr: stateless::Mrtr::new(cfg.server.input_timeout),
             stateless: dashmap::DashMap::new(),
             cfg,
         }))
+    }
+
+    /// `who` under `[[auth.rules]]` (`None` without rules: nothing to check).
+    pub fn access(&self, who: &crate::auth::Principal) -> Option<Arc<crate::auth::policy::Access>> {
+        self.policy.as_ref().map(|policy| {
+            Arc::new(crate::auth::policy::Access {
+                policy: policy.clone(),
+                caller: who.clone(),
+            })
+        })
     }
 
     fn call_guard(&self) -> CallGuard<'_> {

@@ -88,7 +88,14 @@ pub(super) async fn post(app: Arc<App>, principal: Principal, req: HttpRequest) 
         Err(e) => return e.into_response(),
     };
     match classify(&app, &principal, &headers, incoming) {
-        Target::Stateless(m) => stateless::post(app, principal, &headers, m, accepts).await,
+        Target::Stateless(m) => {
+            if let Message::Request(r) = &m {
+                if let Err(e) = super::edge::step_up(&app, &principal, [r]) {
+                    return e.into_response();
+                }
+            }
+            stateless::post(app, principal, &headers, m, accepts).await
+        }
         Target::Initialize(r) => match check_version_header(&headers) {
             Ok(()) => initialize(app, principal, client.as_deref(), r, accepts).await,
             Err(e) => e.into_response(),
@@ -97,6 +104,21 @@ pub(super) async fn post(app: Arc<App>, principal: Principal, req: HttpRequest) 
             if let Err(e) = check_version_header(&headers) {
                 return e.into_response();
             }
+            let requests: Vec<&crate::jsonrpc::Request> = match &incoming {
+                Incoming::Single(Message::Request(r)) => vec![r],
+                Incoming::Batch(ms) => ms
+                    .iter()
+                    .filter_map(|m| match m {
+                        Message::Request(r) => Some(r),
+                        _ => None,
+                    })
+                    .collect(),
+                Incoming::Single(_) => Vec::new(),
+            };
+            if let Err(e) = super::edge::step_up(&app, &principal, requests) {
+                return e.into_response();
+            }
+            session.set_caller(&principal);
             match incoming {
                 Incoming::Single(m) => single(app, session, m, accepts).await,
                 Incoming::Batch(ms) if session.version() == Some("2025-03-26") => {
@@ -303,7 +325,13 @@ pub(crate) async fn run_tracked(
     sink: Sink,
     guard: crate::session::InflightGuard,
 ) -> Option<Response> {
-    let client = session.client_view();
+    let mut client = session.client_view();
+    // Fails closed: a request whose caller was not recorded counts as the session's
+    // principal without any token scopes.
+    let caller = session
+        .caller()
+        .unwrap_or_else(|| crate::auth::Principal::named(&session.principal));
+    client.access = app.access(&caller);
     run_tracked_as(app, session, req, sink, guard, client).await
 }
 

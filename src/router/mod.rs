@@ -15,6 +15,7 @@
 //! stateless caller Gantry cannot tell apart from others gets a connection of its
 //! own for each call.
 
+mod access;
 mod catalog;
 mod client;
 mod forward;
@@ -187,6 +188,18 @@ impl Router {
         ctx: CallCtx,
     ) -> (Option<Response>, Outcome) {
         let id = req.id.clone();
+        if let Some(refused) = ctx
+            .client
+            .access
+            .as_deref()
+            .and_then(|a| access::hidden(a, &req))
+        {
+            return (
+                Some(Response::err(Some(id), &refused)),
+                Outcome::Failed(crate::fault::Fault::Client),
+            );
+        }
+        let list_method = req.method.clone();
         let outcome = match req.method.as_str() {
             "ping" => Ok(empty_object()),
             "initialize" => Err(Fail::Own(RpcError::new(
@@ -208,6 +221,10 @@ impl Router {
                 self.dispatch_many(route, &req.method, req.params, &ctx)
                     .await
             }
+        };
+        let outcome = match (outcome, ctx.client.access.as_deref()) {
+            (Ok(result), Some(access)) => Ok(access::visible_only(access, &list_method, result)),
+            (o, _) => o,
         };
         match outcome {
             Ok(result) => (Some(Response::ok(id, result)), Outcome::Ok),

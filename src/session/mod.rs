@@ -74,6 +74,9 @@ pub struct Session {
     event_buffer: usize,
     /// The client quota it counts against, if any.
     quota_key: Option<String>,
+    /// The principal of its latest request, with that request's token (scopes grow
+    /// with a step-up; the identity is the session's own).
+    caller: Mutex<Option<crate::auth::Principal>>,
 }
 
 struct StreamTable {
@@ -106,6 +109,7 @@ impl Session {
             last_seen: Mutex::new(Instant::now()),
             event_buffer,
             quota_key: None,
+            caller: Mutex::new(None),
         }
     }
 
@@ -127,12 +131,23 @@ impl Session {
             capabilities: self.capabilities.get().cloned(),
             log_level: self.route().map(SessionRoute::log_level),
             era: crate::mcp::Era::Session,
+            access: None,
         }
     }
 
     /// The per-session routing state (`None` before initialize, legacy only).
     pub fn route(&self) -> Option<&SessionRoute> {
         self.route.get()
+    }
+
+    /// Records the principal of the request being handled (the session's own).
+    pub fn set_caller(&self, p: &crate::auth::Principal) {
+        *self.caller.lock() = Some(p.clone());
+    }
+
+    /// The principal of the latest request.
+    pub fn caller(&self) -> Option<crate::auth::Principal> {
+        self.caller.lock().clone()
     }
 
     /// Marks the session as used now.

@@ -182,6 +182,7 @@ pub(super) async fn call(
             .log_rank
             .and_then(|r| crate::router::LOG_LEVELS.get(usize::from(r)).copied()),
         era: crate::mcp::Era::Stateless,
+        access: app.access(&principal),
     };
     // Modern `_meta` keys, `inputResponses` and `requestState` travel on: a
     // stateless-era backend needs them, and they are removed for session-era ones.

@@ -154,6 +154,7 @@ pub(super) async fn own_request(
             capabilities: None,
             log_level: None,
             era: crate::mcp::Era::Stateless,
+            access: None,
         },
     };
     match app.router.dispatch(route, req, ctx).await.0 {
