@@ -369,6 +369,7 @@ async fn garbage_and_overlong_lines_on_stdout_are_logged_and_skipped() {
         [
             "echo",
             "pid",
+            "env",
             "crash",
             "hang",
             "change",

@@ -578,3 +578,110 @@ async fn per_tool_rules_hide_tools_and_the_sdk_steps_up_for_a_scope() {
         "{flow}"
     );
 }
+
+/// `http.oauth`: an HTTP backend gets Gantry's own client-credentials token from the
+/// provider — audience-restricted to the backend, never the client's — and a new
+/// one once the old nears its expiry.
+#[tokio::test]
+async fn an_http_backend_gets_gantrys_own_token_renewed_before_expiry() {
+    let idp = Provider::start(&["--ttl", "3"]);
+    let dir = Scratch::new("backend-token");
+    let seen = dir.0.join("headers.jsonl");
+    let backend = HttpServer::example_with_env(&[("MB_RECORD_HEADERS", seen.to_str().unwrap())]);
+    idp.add_resource(&backend.url, "jwt").await;
+    let minter = &idp.info["clients"]["minter"];
+    let g = gantry()
+        .backend(http_backend("web", &backend.url).transport_field(&format!(
+            "oauth = {{ token_url = {:?}, client_id = {:?}, client_secret = {:?}, resource = {:?}, scope = \"mcp:read\" }}",
+            idp.info["token_endpoint"].as_str().unwrap(),
+            minter["client_id"].as_str().unwrap(),
+            minter["client_secret"].as_str().unwrap(),
+            backend.url,
+        )))
+        .start();
+    let mut c = g.client();
+    c.initialize().await;
+    let call = |id: i64| {
+        let c = c.clone();
+        async move {
+            c.call_tool(json!(id), "echo", json!({"message": "x"}))
+                .await
+        }
+    };
+    assert_eq!(call(2).await["result"]["content"][0]["text"], "x");
+    let tokens = || -> Vec<String> {
+        recorded(&seen)
+            .iter()
+            .filter_map(|r| r["headers"]["authorization"].as_str())
+            .map(|a| {
+                a.strip_prefix("Bearer ")
+                    .expect("a bearer token")
+                    .to_owned()
+            })
+            .collect()
+    };
+    let first = tokens();
+    assert!(
+        !first.is_empty() && first.len() == recorded(&seen).len(),
+        "every request carries it"
+    );
+    let claims = |t: &str| -> Value {
+        use base64::Engine as _;
+        let p = t.split('.').nth(1).unwrap();
+        serde_json::from_slice(
+            &base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(p)
+                .unwrap(),
+        )
+        .unwrap()
+    };
+    let c0 = claims(&first[0]);
+    assert_eq!(c0["aud"], backend.url.as_str(), "{c0}");
+    assert_eq!(c0["sub"], minter["client_id"], "{c0}");
+    // Past its lifetime (3s, renewed with a fifth left): a new token.
+    tokio::time::sleep(std::time::Duration::from_millis(3000)).await;
+    assert_eq!(call(3).await["result"]["content"][0]["text"], "x");
+    let last = tokens().pop().unwrap();
+    assert_ne!(last, first[0], "the token was not renewed");
+    assert!(claims(&last)["exp"].as_u64().unwrap() > now());
+}
+
+/// `stdio.principal_env`: each principal's own `per-user` process is told whose it
+/// is — an API key's principal, or `<sub>@<issuer>` for a token.
+#[tokio::test]
+async fn a_per_user_process_is_told_its_principal() {
+    let idp = Provider::start(&[]);
+    let oauth = format!(
+        "[auth.oauth]\n[[auth.oauth.issuers]]\nissuer = {:?}\n",
+        idp.issuer()
+    );
+    let script = common::fixture("misbehaving_server.py");
+    let g = gantry()
+        .section(&oauth)
+        .api_key("ops", "ops-key")
+        .backend(
+            stdio("mb", "python3", &[script.to_str().unwrap()])
+                .mode("per-user")
+                .transport_field("principal_env = \"MCP_PRINCIPAL\""),
+        )
+        .start();
+    idp.add_resource(&g.url, "jwt").await;
+    let whose = |c: Client| async move {
+        let r = c
+            .call_tool(json!(9), "env", json!({"name": "MCP_PRINCIPAL"}))
+            .await;
+        r["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let mut key = g.bearer("ops-key");
+    key.initialize().await;
+    assert_eq!(whose(key.clone()).await, "ops");
+    let mut alice = g.bearer(&idp.sign(&g.url, json!({"sub": "alice"})));
+    alice.initialize().await;
+    assert_eq!(
+        whose(alice.clone()).await,
+        format!("alice@{}", idp.issuer())
+    );
+}

@@ -492,6 +492,10 @@ pub struct StdioConfig {
     pub inherit_env: Vec<String>,
     /// Working directory. Default: Gantry's.
     pub cwd: Option<PathBuf>,
+    /// `per-user` backends: the child gets its principal's name in this environment
+    /// variable (an API key's principal, or `<sub>@<issuer>` for a token).
+    #[serde(default)]
+    pub principal_env: Option<String>,
 }
 
 /// Environment variables a child inherits unless configured otherwise.
@@ -526,6 +530,45 @@ pub struct HttpConfig {
     /// backend's own credentials. A client's token is never forwarded.
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
+    /// Gantry's own OAuth client at the backend's authorization server
+    /// (client credentials): its token goes in `Authorization` on every request.
+    #[serde(default)]
+    pub oauth: Option<BackendOAuthConfig>,
+}
+
+/// OAuth 2.1 client credentials for an HTTP backend.
+#[derive(Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct BackendOAuthConfig {
+    /// The authorization server's token endpoint.
+    pub token_url: String,
+    pub client_id: String,
+    /// `${VAR}` is replaced with the variable's value.
+    pub client_secret: String,
+    /// Scopes to ask for (space-separated).
+    #[serde(default)]
+    pub scope: Option<String>,
+    /// RFC 8707 `resource`: the backend's URL, for an audience-restricted token.
+    #[serde(default)]
+    pub resource: Option<String>,
+    /// `audience` (Auth0 and others) instead of or beside `resource`.
+    #[serde(default)]
+    pub audience: Option<String>,
+    /// `client_secret_basic` (default) or `client_secret_post`.
+    #[serde(default = "default_client_auth")]
+    pub auth_method: String,
+}
+
+impl std::fmt::Debug for BackendOAuthConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BackendOAuthConfig")
+            .field("token_url", &self.token_url)
+            .field("client_id", &self.client_id)
+            .field("client_secret", &"<redacted>")
+            .field("scope", &self.scope)
+            .field("resource", &self.resource)
+            .finish()
+    }
 }
 
 #[cfg(test)]

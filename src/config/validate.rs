@@ -129,6 +129,21 @@ impl ConfigFile {
                     if s.command.trim().is_empty() {
                         problems.push(format!("{key}.stdio.command: must not be empty"));
                     }
+                    if let Some(var) = &s.principal_env {
+                        if b.session_mode != SessionMode::PerUser {
+                            problems.push(format!(
+                                "{key}.stdio.principal_env: needs session_mode = \"per-user\" (one process per principal)"
+                            ));
+                        }
+                        let ok = !var.is_empty()
+                            && !var.starts_with(|c: char| c.is_ascii_digit())
+                            && var.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_');
+                        if !ok {
+                            problems.push(format!(
+                                "{key}.stdio.principal_env: `{var}` is not an environment variable name"
+                            ));
+                        }
+                    }
                     for (k, v) in s.env.iter_mut() {
                         match interpolate(v, env) {
                             Ok(r) => *v = r,
@@ -178,6 +193,40 @@ impl ConfigFile {
                             Err(var) => problems.push(format!(
                                 "{key}.http.headers.{k}: environment variable `{var}` is not set"
                             )),
+                        }
+                    }
+                    if let Some(o) = h.oauth.as_mut() {
+                        let okey = format!("{key}.http.oauth");
+                        if h.headers
+                            .keys()
+                            .any(|k| k.eq_ignore_ascii_case("authorization"))
+                        {
+                            problems.push(format!(
+                                "{okey}: the backend gets its token in Authorization; remove that header"
+                            ));
+                        }
+                        match reqwest::Url::parse(&o.token_url) {
+                            Ok(u) if u.scheme() == "https"
+                                || u.host_str().is_some_and(crate::config::is_loopback_host) => {}
+                            _ => problems.push(format!(
+                                "{okey}.token_url: `{}` must be an https URL (plain http only on loopback)",
+                                o.token_url
+                            )),
+                        }
+                        match interpolate(&o.client_secret, env) {
+                            Ok(v) => o.client_secret = v,
+                            Err(var) => problems.push(format!(
+                                "{okey}.client_secret: environment variable `{var}` is not set"
+                            )),
+                        }
+                        if !matches!(
+                            o.auth_method.as_str(),
+                            "client_secret_basic" | "client_secret_post"
+                        ) {
+                            problems.push(format!(
+                                "{okey}.auth_method: `{}` is not client_secret_basic or client_secret_post",
+                                o.auth_method
+                            ));
                         }
                     }
                 }
@@ -347,6 +396,7 @@ pub fn stdio_backend(name: &str, command_line: &str) -> Result<BackendConfig, St
             env: BTreeMap::new(),
             inherit_env: default_inherit_env(),
             cwd: None,
+            principal_env: None,
         }),
         ..backend_defaults(name)
     })
@@ -358,6 +408,7 @@ pub fn http_backend(name: &str, url: &str) -> BackendConfig {
         http: Some(HttpConfig {
             url: url.to_owned(),
             headers: BTreeMap::new(),
+            oauth: None,
         }),
         ..backend_defaults(name)
     }

@@ -49,19 +49,24 @@ impl Slot {
         params: Box<RawValue>,
         owner: Option<Sink>,
     ) -> Result<Arc<Conn>, UpstreamError> {
+        self.start_as(&self.cfg, want, params, owner)
+    }
+
+    /// [`Slot::start`] with a configuration of its own (a principal's environment).
+    fn start_as(
+        &self,
+        cfg: &BackendConfig,
+        want: Era,
+        params: Box<RawValue>,
+        owner: Option<Sink>,
+    ) -> Result<Arc<Conn>, UpstreamError> {
         if !self.stats.try_reserve(self.cfg.pool.max_connections) {
             return Err(UpstreamError::AtCapacity {
                 backend: self.cfg.name.clone(),
                 max: self.cfg.pool.max_connections,
             });
         }
-        Ok(Conn::start(
-            &self.cfg,
-            want,
-            params,
-            owner,
-            self.stats.clone(),
-        ))
+        Ok(Conn::start(cfg, want, params, owner, self.stats.clone()))
     }
 
     /// A ready warm connection for callers of `era`, if the pool has one.
@@ -189,12 +194,31 @@ impl Slot {
         }
         let hub = Arc::new(Hub::new(&self.cfg.name, self.stats.clone()));
         let sink: Sink = hub.clone();
-        let conn = match self.take_warm(era) {
-            Some(c) => {
+        let principal_env = self
+            .cfg
+            .stdio
+            .as_ref()
+            .and_then(|s| s.principal_env.clone());
+        // A warm process is nobody's: not for a backend told whose process it is.
+        let warm = if principal_env.is_none() {
+            self.take_warm(era)
+        } else {
+            None
+        };
+        let conn = match (&principal_env, warm) {
+            (None, Some(c)) => {
                 c.set_owner(sink);
                 c
             }
-            None => self.start(era, self.init_for(era), Some(sink))?,
+            (Some(var), _) => {
+                // Its own process, told whose it is (a warm one is nobody's).
+                let mut cfg = self.cfg.clone();
+                if let Some(s) = cfg.stdio.as_mut() {
+                    s.env.insert(var.clone(), principal.to_owned());
+                }
+                self.start_as(&cfg, era, self.init_for(era), Some(sink))?
+            }
+            (None, None) => self.start(era, self.init_for(era), Some(sink))?,
         };
         let spoken = if self.stats.eras.get(era) == Some(true) {
             era

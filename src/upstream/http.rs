@@ -33,6 +33,8 @@ struct Session {
     client: reqwest::Client,
     url: reqwest::Url,
     headers: reqwest::header::HeaderMap,
+    /// Gantry's own token for the backend (`http.oauth`).
+    creds: Option<Arc<super::credentials::ClientCredentials>>,
     id: RwLock<Option<String>>,
     version: RwLock<Option<String>>,
     /// Cancelled when the backend says the session is gone.
@@ -53,11 +55,21 @@ fn write<T>(l: &RwLock<Option<T>>, v: T) {
 }
 
 impl Session {
-    fn request(&self, method: reqwest::Method) -> reqwest::RequestBuilder {
+    /// A request with the session's headers and, with `http.oauth`, Gantry's token
+    /// (a token that cannot be had is logged; the backend's 401 says the rest).
+    async fn request(&self, method: reqwest::Method) -> reqwest::RequestBuilder {
         let mut rb = self
             .client
             .request(method, self.url.clone())
             .headers(self.headers.clone());
+        if let Some(c) = &self.creds {
+            match c.bearer().await {
+                Ok(t) => rb = rb.bearer_auth(t),
+                Err(e) => {
+                    tracing::warn!(backend = %self.core.name, error = %e, "no access token for the backend")
+                }
+            }
+        }
         if let Some(id) = read(&self.id) {
             rb = rb.header("mcp-session-id", id);
         }
@@ -138,6 +150,22 @@ impl Session {
         true
     }
 
+    /// Sends one message as a POST.
+    async fn send_post(&self, msg: &Outgoing) -> reqwest::Result<reqwest::Response> {
+        let mut rb = self.stateless_headers(self.request(reqwest::Method::POST).await, &msg.line);
+        for (k, v) in &msg.headers {
+            rb = rb.header(k.as_str(), v.as_str());
+        }
+        rb.header(reqwest::header::CONTENT_TYPE, "application/json")
+            .header(
+                reqwest::header::ACCEPT,
+                "application/json, text/event-stream",
+            )
+            .body(msg.line.clone())
+            .send()
+            .await
+    }
+
     /// POSTs one message and relays whatever comes back.
     async fn post(self: Arc<Self>, msg: Outgoing) {
         let fail = |reason: String| {
@@ -146,19 +174,14 @@ impl Session {
             }
         };
         let had_session = read(&self.id).is_some();
-        let mut rb = self.stateless_headers(self.request(reqwest::Method::POST), &msg.line);
-        for (k, v) in &msg.headers {
-            rb = rb.header(k.as_str(), v.as_str());
+        let mut resp = self.send_post(&msg).await;
+        // A 401 with Gantry's own token: fetched anew, sent once more.
+        if let (Some(c), Ok(r)) = (&self.creds, &resp) {
+            if r.status() == reqwest::StatusCode::UNAUTHORIZED {
+                c.refused().await;
+                resp = self.send_post(&msg).await;
+            }
         }
-        let resp = rb
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .header(
-                reqwest::header::ACCEPT,
-                "application/json, text/event-stream",
-            )
-            .body(msg.line.clone())
-            .send()
-            .await;
         let resp = match resp {
             Ok(r) => r,
             Err(e) => return fail(format!("cannot reach {}: {e}", self.url)),
@@ -292,6 +315,7 @@ impl Session {
             tokio::time::sleep(retry).await;
             let resp = self
                 .request(reqwest::Method::GET)
+                .await
                 .header(reqwest::header::ACCEPT, "text/event-stream")
                 .header("last-event-id", event_id)
                 .send()
@@ -322,6 +346,7 @@ impl Session {
         while !self.expired.is_cancelled() {
             let mut rb = self
                 .request(reqwest::Method::GET)
+                .await
                 .header(reqwest::header::ACCEPT, "text/event-stream");
             if let Some(id) = &last_id {
                 rb = rb.header("last-event-id", id.clone());
@@ -365,7 +390,7 @@ impl Session {
         }
         let _ = tokio::time::timeout(
             Duration::from_secs(2),
-            self.request(reqwest::Method::DELETE).send(),
+            self.request(reqwest::Method::DELETE).await.send(),
         )
         .await;
     }
@@ -423,10 +448,23 @@ pub(super) async fn supervise(
             return;
         }
     };
+    let creds = match cfg
+        .oauth
+        .as_ref()
+        .map(super::credentials::ClientCredentials::for_config)
+    {
+        None => None,
+        Some(Ok(c)) => Some(c),
+        Some(Err(e)) => {
+            let _ = core.state.send_replace(State::Failed { reason: e });
+            return;
+        }
+    };
     let transport = Http {
         client,
         url,
         headers,
+        creds,
     };
     super::supervise::supervise(core, transport, restart, out_rx, shutdown).await;
 }
@@ -436,6 +474,7 @@ struct Http {
     client: reqwest::Client,
     url: reqwest::Url,
     headers: reqwest::header::HeaderMap,
+    creds: Option<Arc<super::credentials::ClientCredentials>>,
 }
 
 impl Transport for Http {
@@ -455,6 +494,7 @@ impl Transport for Http {
             client: client.clone(),
             url: url.clone(),
             headers: headers.clone(),
+            creds: self.creds.clone(),
             id: RwLock::new(None),
             version: RwLock::new(None),
             expired: CancellationToken::new(),
@@ -478,6 +518,7 @@ impl Transport for Http {
                     let note = Notification::new("notifications/initialized", None).to_json();
                     let sent = session
                         .request(reqwest::Method::POST)
+                        .await
                         .header(reqwest::header::CONTENT_TYPE, "application/json")
                         .header(
                             reqwest::header::ACCEPT,

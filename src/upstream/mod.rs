@@ -15,6 +15,7 @@
 mod bridge;
 mod conn;
 mod core;
+mod credentials;
 mod error;
 mod handshake;
 mod http;

@@ -1017,9 +1017,13 @@ enum Transport {
         command: String,
         args: Vec<String>,
         env: Vec<(String, String)>,
+        /// More `key = value` fields of the `stdio` table.
+        fields: Vec<String>,
     },
     Http {
         url: String,
+        /// More `key = value` fields of the `http` table.
+        fields: Vec<String>,
     },
 }
 
@@ -1041,6 +1045,7 @@ pub fn stdio(name: &str, command: &str, args: &[&str]) -> BackendSpec {
             command: command.into(),
             args: args.iter().map(|a| (*a).to_owned()).collect(),
             env: Vec::new(),
+            fields: Vec::new(),
         },
         keys: Vec::new(),
     }
@@ -1050,7 +1055,10 @@ pub fn stdio(name: &str, command: &str, args: &[&str]) -> BackendSpec {
 pub fn http_backend(name: &str, url: &str) -> BackendSpec {
     BackendSpec {
         name: name.into(),
-        transport: Transport::Http { url: url.into() },
+        transport: Transport::Http {
+            url: url.into(),
+            fields: Vec::new(),
+        },
         keys: Vec::new(),
     }
 }
@@ -1083,6 +1091,16 @@ impl BackendSpec {
         self.env("MB_RECORD", file.to_str().unwrap())
     }
 
+    /// Another field of the `stdio` or `http` table (`oauth = { … }`).
+    pub fn transport_field(mut self, field: &str) -> Self {
+        match &mut self.transport {
+            Transport::Http { fields, .. } | Transport::Stdio { fields, .. } => {
+                fields.push(field.into())
+            }
+        }
+        self
+    }
+
     /// `session_mode`.
     pub fn mode(self, mode: &str) -> Self {
         self.set(&format!("session_mode = {mode:?}"))
@@ -1101,14 +1119,23 @@ impl BackendSpec {
 
     fn toml(&self) -> String {
         let transport = match &self.transport {
-            Transport::Stdio { command, args, env } => {
+            Transport::Stdio {
+                command,
+                args,
+                env,
+                fields,
+            } => {
                 let env: Vec<String> = env.iter().map(|(k, v)| format!("{k} = {v:?}")).collect();
+                let more: String = fields.iter().map(|f| format!(", {f}")).collect();
                 format!(
-                    "stdio = {{ command = {command:?}, args = {args:?}, env = {{ {} }} }}",
+                    "stdio = {{ command = {command:?}, args = {args:?}, env = {{ {} }}{more} }}",
                     env.join(", ")
                 )
             }
-            Transport::Http { url } => format!("http = {{ url = {url:?} }}"),
+            Transport::Http { url, fields } => {
+                let more: String = fields.iter().map(|f| format!(", {f}")).collect();
+                format!("http = {{ url = {url:?}{more} }}")
+            }
         };
         format!(
             "[[backends]]\nname = {:?}\n{}\n{transport}\n",

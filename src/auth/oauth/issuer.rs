@@ -3,6 +3,7 @@
 //! (JWKS, fetched at start, fetched again for a key it lacks at most once per
 //! `jwks_refetch_interval`).
 
+use super::form_encode;
 use super::OAuthError;
 use crate::telemetry::error_chain;
 use jsonwebtoken::jwk::{Jwk, JwkSet};
@@ -315,21 +316,6 @@ impl Issuer {
             },
         ))
     }
-}
-
-/// RFC 6749 §2.3.1: client credentials in HTTP Basic are form-encoded first.
-fn form_encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'*' | b'-' | b'.' | b'_' => {
-                out.push(char::from(b));
-            }
-            b' ' => out.push('+'),
-            _ => out.push_str(&format!("%{b:02X}")),
-        }
-    }
-    out
 }
 
 #[cfg(test)]

@@ -429,3 +429,18 @@ fn description_safe(s: &str) -> String {
         })
         .collect()
 }
+
+/// RFC 6749 §2.3.1: client credentials in HTTP Basic are form-encoded first.
+pub fn form_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'*' | b'-' | b'.' | b'_' => {
+                out.push(char::from(b));
+            }
+            b' ' => out.push('+'),
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}

@@ -1,0 +1,162 @@
+//! Gantry's own credentials at an HTTP backend: OAuth 2.1 client credentials
+//! (`http.oauth`), fetched from the backend's token endpoint, shared by every
+//! connection that uses the same client, renewed before they expire and fetched
+//! anew once when the backend answers 401. Never a client's token.
+
+use crate::config::BackendOAuthConfig;
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// How long a token request may take.
+const TOKEN_TIMEOUT: Duration = Duration::from_secs(10);
+/// Largest token response accepted.
+const MAX_TOKEN_RESPONSE: usize = 64 * 1024;
+/// Lifetime assumed when the token response has no `expires_in`.
+const DEFAULT_LIFETIME: Duration = Duration::from_secs(300);
+
+struct Token {
+    value: String,
+    fetched: Instant,
+    /// When to fetch a new one (before it expires).
+    renew_at: Instant,
+}
+
+/// One client at one token endpoint.
+pub(crate) struct ClientCredentials {
+    cfg: BackendOAuthConfig,
+    http: reqwest::Client,
+    token: tokio::sync::Mutex<Option<Token>>,
+}
+
+/// Every client in use, so connections of one backend share one token.
+static CLIENTS: LazyLock<Mutex<HashMap<String, Arc<ClientCredentials>>>> =
+    LazyLock::new(|| Mutex::new(HashMap::new()));
+
+impl ClientCredentials {
+    /// The shared client for `cfg`.
+    pub(crate) fn for_config(cfg: &BackendOAuthConfig) -> Result<Arc<Self>, String> {
+        let key = format!(
+            "{}\n{}\n{}\n{}\n{}",
+            cfg.token_url,
+            cfg.client_id,
+            cfg.scope.as_deref().unwrap_or(""),
+            cfg.resource.as_deref().unwrap_or(""),
+            cfg.audience.as_deref().unwrap_or("")
+        );
+        let mut all = CLIENTS.lock();
+        if let Some(c) = all.get(&key) {
+            return Ok(c.clone());
+        }
+        let http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|e| format!("cannot build the token client: {e}"))?;
+        let c = Arc::new(Self {
+            cfg: cfg.clone(),
+            http,
+            token: tokio::sync::Mutex::new(None),
+        });
+        all.insert(key, c.clone());
+        Ok(c)
+    }
+
+    /// A valid access token: the cached one, or a new one.
+    pub(crate) async fn bearer(&self) -> Result<String, String> {
+        let mut t = self.token.lock().await;
+        if let Some(tok) = t.as_ref().filter(|t| t.renew_at > Instant::now()) {
+            return Ok(tok.value.clone());
+        }
+        let fresh = self.fetch().await?;
+        let value = fresh.value.clone();
+        *t = Some(fresh);
+        Ok(value)
+    }
+
+    /// The backend answered 401: the next [`Self::bearer`] fetches anew (unless the
+    /// token is brand new: a burst of 401s costs one fetch).
+    pub(crate) async fn refused(&self) {
+        let mut t = self.token.lock().await;
+        if t.as_ref()
+            .is_some_and(|t| t.fetched.elapsed() >= Duration::from_secs(1))
+        {
+            *t = None;
+        }
+    }
+
+    async fn fetch(&self) -> Result<Token, String> {
+        let c = &self.cfg;
+        let mut form: Vec<(&str, &str)> = vec![("grant_type", "client_credentials")];
+        for (k, v) in [
+            ("scope", &c.scope),
+            ("resource", &c.resource),
+            ("audience", &c.audience),
+        ] {
+            if let Some(v) = v {
+                form.push((k, v));
+            }
+        }
+        let mut req = self
+            .http
+            .post(&c.token_url)
+            .header(reqwest::header::ACCEPT, "application/json")
+            .timeout(TOKEN_TIMEOUT);
+        if c.auth_method == "client_secret_post" {
+            form.push(("client_id", &c.client_id));
+            form.push(("client_secret", &c.client_secret));
+        } else {
+            req = req.basic_auth(
+                crate::auth::oauth::form_encode(&c.client_id),
+                Some(crate::auth::oauth::form_encode(&c.client_secret)),
+            );
+        }
+        let resp = req.form(&form).send().await.map_err(|e| {
+            format!(
+                "token endpoint {}: {}",
+                c.token_url,
+                crate::telemetry::error_chain(&e)
+            )
+        })?;
+        let status = resp.status();
+        let body = resp
+            .bytes()
+            .await
+            .map_err(|e| format!("token endpoint {}: {e}", c.token_url))?;
+        if body.len() > MAX_TOKEN_RESPONSE {
+            return Err(format!("token endpoint {}: answer too large", c.token_url));
+        }
+        let doc: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+        if !status.is_success() {
+            let why = doc
+                .get("error")
+                .and_then(|v| v.as_str())
+                .unwrap_or("no error code");
+            return Err(format!(
+                "token endpoint {} refused Gantry's client `{}`: HTTP {} ({why})",
+                c.token_url,
+                c.client_id,
+                status.as_u16()
+            ));
+        }
+        let value = doc
+            .get("access_token")
+            .and_then(|v| v.as_str())
+            .filter(|v| !v.is_empty())
+            .ok_or_else(|| format!("token endpoint {}: no access_token", c.token_url))?
+            .to_owned();
+        let lifetime = doc
+            .get("expires_in")
+            .and_then(|v| v.as_u64())
+            .map_or(DEFAULT_LIFETIME, Duration::from_secs);
+        // Renewed when a fifth of its life (at most 60s) is left.
+        let margin = (lifetime / 5).min(Duration::from_secs(60));
+        tracing::info!(token_url = %c.token_url, client = %c.client_id, lifetime = %crate::telemetry::human(lifetime), "backend access token fetched");
+        Ok(Token {
+            value,
+            fetched: Instant::now(),
+            renew_at: Instant::now() + lifetime.saturating_sub(margin),
+        })
+    }
+}
