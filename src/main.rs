@@ -424,14 +424,19 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         tracing::warn!("{f}");
     }
     let backends: Vec<String> = cfg.backends.iter().map(|b| b.name.clone()).collect();
-    tracing::info!(backends = ?backends, "listening on http://{addr}{path}");
-    eprintln!("gantry listening on http://{addr}{path}");
+    let scheme = if cfg.server.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
     let mut cfg = cfg;
     if cfg.auth.oauth.is_some() && cfg.server.public_url.is_none() {
         // On loopback (validated): the URL this listener is reached at.
-        cfg.server.public_url = Some(format!("http://{addr}{path}"));
+        cfg.server.public_url = Some(format!("{scheme}://{addr}{path}"));
     }
     let app = gantry::front::App::new(cfg)?;
+    tracing::info!(backends = ?backends, "listening on {scheme}://{addr}{path}");
+    eprintln!("gantry listening on {scheme}://{addr}{path}");
     let stop = CancellationToken::new();
     tokio::spawn(shutdown_signal(stop.clone()));
     gantry::front::serve(app, listener, stop).await?;

@@ -95,6 +95,19 @@ pub struct ServerConfig {
     /// protected-resource metadata and the base of `resource_metadata`. Required with
     /// `[auth.oauth]` unless Gantry listens on loopback (then `http://<listen><path>`).
     pub public_url: Option<String>,
+    /// Serve HTTPS (HTTP/2 and HTTP/1.1 by ALPN) with this certificate chain and
+    /// key (PEM files), reloaded when they change. Default: plain HTTP.
+    pub tls: Option<TlsConfig>,
+}
+
+/// The front door's certificate (`server.tls`).
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// The certificate chain, leaf first (PEM).
+    pub cert: PathBuf,
+    /// Its private key (PEM: PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
 }
 
 impl Default for ServerConfig {
@@ -122,6 +135,7 @@ impl Default for ServerConfig {
             session_rate_per_client: 1200,
             session_burst_per_client: 1000,
             public_url: None,
+            tls: None,
         }
     }
 }

@@ -25,6 +25,14 @@ impl std::fmt::Display for Finding {
 /// environment, from which the children inherit what they inherit).
 pub fn check(cfg: &Config, env: &dyn Fn(&str) -> Option<String>) -> Vec<Finding> {
     let mut out = Vec::new();
+    if let Some(t) = &cfg.server.tls {
+        if let Err(e) = crate::front::tls::load(&t.cert, &t.key) {
+            out.push(Finding {
+                key: "server.tls".into(),
+                problem: e.to_string(),
+            });
+        }
+    }
     for (i, b) in cfg.backends.iter().enumerate() {
         check_backend(&format!("backends[{i}] (`{}`)", b.name), b, env, &mut out);
     }

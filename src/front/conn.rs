@@ -77,6 +77,7 @@ pub(crate) async fn accept(
     listener: TcpListener,
     routes: axum::Router,
     limits: ConnLimits,
+    tls: Option<Arc<super::tls::Tls>>,
     stop: CancellationToken,
 ) -> Connections {
     let conns = Connections {
@@ -137,32 +138,74 @@ pub(crate) async fn accept(
                 req.map(axum::body::Body::new)
             });
         let (builder, finish, kill) = (builder.clone(), conns.finish.clone(), conns.kill.clone());
-        let io = TokioIo::new(Stalls::new(tcp, limits.write_timeout));
+        let stalls = Stalls::new(tcp, limits.write_timeout);
+        let tls = tls.as_ref().map(|t| t.current());
         conns.tracker.spawn(async move {
-            let conn = builder.serve_connection(io, TowerToHyperService::new(svc));
-            tokio::pin!(conn);
-            let finished = tokio::select! {
-                r = conn.as_mut() => Some(r),
-                _ = finish.cancelled() => None,
-                _ = kill.cancelled() => return,
-            };
-            let result = match finished {
-                Some(r) => r,
-                None => {
-                    conn.as_mut().graceful_shutdown();
-                    tokio::select! {
-                        r = conn.as_mut() => r,
+            let svc = TowerToHyperService::new(svc);
+            match tls {
+                None => serve_one(TokioIo::new(stalls), &builder, svc, &finish, &kill, peer).await,
+                Some(cfg) => {
+                    // The handshake is a phase like the request head: bounded.
+                    let handshake = tokio_rustls::TlsAcceptor::from(cfg).accept(stalls);
+                    let stream = tokio::select! {
+                        r = tokio::time::timeout(limits.header_timeout, handshake) => r,
                         _ = kill.cancelled() => return,
+                    };
+                    match stream {
+                        Ok(Ok(s)) => {
+                            serve_one(TokioIo::new(s), &builder, svc, &finish, &kill, peer).await
+                        }
+                        Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
+                        Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
                     }
                 }
-            };
-            if let Err(e) = result {
-                tracing::debug!(%peer, error = %e, "connection ended with an error");
             }
             drop(slot);
         });
     }
     conns
+}
+
+/// Serves one connection until it ends, is told to finish (then finishes its
+/// exchange), or is killed.
+async fn serve_one<I, S>(
+    io: I,
+    builder: &auto::Builder<TokioExecutor>,
+    svc: S,
+    finish: &CancellationToken,
+    kill: &CancellationToken,
+    peer: std::net::SocketAddr,
+) where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+    S: hyper::service::Service<
+            hyper::Request<Incoming>,
+            Response = hyper::Response<axum::body::Body>,
+        > + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let conn = builder.serve_connection(io, svc);
+    tokio::pin!(conn);
+    let finished = tokio::select! {
+        r = conn.as_mut() => Some(r),
+        _ = finish.cancelled() => None,
+        _ = kill.cancelled() => return,
+    };
+    let result = match finished {
+        Some(r) => r,
+        None => {
+            conn.as_mut().graceful_shutdown();
+            tokio::select! {
+                r = conn.as_mut() => r,
+                _ = kill.cancelled() => return,
+            }
+        }
+    };
+    if let Err(e) = result {
+        tracing::debug!(%peer, error = %e, "connection ended with an error");
+    }
 }
 
 /// Answers a connection over the cap: `200` for a liveness probe (the process is

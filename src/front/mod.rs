@@ -17,6 +17,7 @@ mod legacy;
 mod origin;
 mod session_era;
 mod stateless;
+pub mod tls;
 
 pub use conn::raise_open_file_limit;
 pub use error::FrontError;
@@ -50,6 +51,8 @@ pub struct App {
     pub sessions: SessionStore,
     /// Who is calling (API keys, or everyone anonymous).
     pub auth: Authenticator,
+    /// HTTPS (`server.tls`), if configured.
+    pub tls: Option<Arc<tls::Tls>>,
     /// `[[auth.rules]]`, if any.
     pub policy: Option<Arc<crate::auth::policy::Policy>>,
     /// Prometheus metrics.
@@ -79,6 +82,8 @@ pub enum AppError {
     Metrics(#[from] MetricsError),
     #[error("auth.oauth: {0}")]
     Auth(String),
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
 }
 
 impl App {
@@ -111,6 +116,10 @@ impl App {
             ),
             auth,
             policy: crate::auth::policy::Policy::new(&cfg.auth.rules),
+            tls: match &cfg.server.tls {
+                Some(t) => Some(tls::Tls::new(&t.cert, &t.key)?),
+                None => None,
+            },
             calls: AtomicUsize::new(0),
             stopping: CancellationToken::new(),
             mrtr: stateless::Mrtr::new(cfg.server.input_timeout),
@@ -423,7 +432,10 @@ pub async fn serve(
         max_connections = limits.max_connections,
         "accepting connections"
     );
-    let conns = conn::accept(listener, routes, limits, stop.clone()).await;
+    if let Some(t) = &app.tls {
+        tokio::spawn(t.clone().watch(stop.clone()));
+    }
+    let conns = conn::accept(listener, routes, limits, app.tls.clone(), stop.clone()).await;
     reaper.abort();
     stop.cancel();
     let _ = drain.await;

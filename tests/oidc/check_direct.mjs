@@ -58,6 +58,25 @@ async function introspect(p, token, which = 'introspector') {
   const res = await fetchWithTimeout(p.introspection_endpoint, { method: 'POST', headers, body });
   return { status: res.status, body: await res.json() };
 }
+const TOKEN_EXCHANGE = 'urn:ietf:params:oauth:grant-type:token-exchange';
+const TT_ACCESS_TOKEN = 'urn:ietf:params:oauth:token-type:access_token';
+const TT_JWT = 'urn:ietf:params:oauth:token-type:jwt';
+/** RFC 8693 token exchange at the token endpoint, as `which` (client_secret_basic) or with `auth` {id, secret}. */
+async function exchange(p, params, { which = 'exchanger', auth } = {}) {
+  const { client_id, client_secret } = auth ?? p.clients[which];
+  const body = new URLSearchParams({ grant_type: TOKEN_EXCHANGE, subject_token_type: TT_ACCESS_TOKEN });
+  for (const [k, v] of Object.entries(params)) {
+    if (v === undefined) body.delete(k);
+    else if (Array.isArray(v)) v.forEach((x) => body.append(k, x));
+    else body.set(k, v);
+  }
+  const res = await fetchWithTimeout(p.token_endpoint, {
+    method: 'POST',
+    headers: { authorization: `Basic ${Buffer.from(`${client_id}:${client_secret}`).toString('base64')}` },
+    body,
+  });
+  return { status: res.status, body: await res.json() };
+}
 /** One JSON-RPC POST to the MCP endpoint. */
 async function mcpPost(url, token, message) {
   const headers = { 'content-type': 'application/json', accept: 'application/json, text/event-stream' };
@@ -211,6 +230,99 @@ async function scenario(name, providerArgs) {
     const i = await introspect(p, none.body.access_token);
     eq([i.body.active, i.body.aud], [true, undefined], 'no resource: introspection');
   });
+  // RFC 8693 token exchange: Gantry's resource (A, a JWT resource) -> the server (B).
+  const gantryA = 'http://127.0.0.1:1/gantry-mcp';
+  const addedA = await fetchWithTimeout(p.admin_resources_url, { method: 'POST', body: new URLSearchParams({ resource: gantryA, format: 'jwt' }) });
+  assert(addedA.ok, `admin add resource A: HTTP ${addedA.status}`);
+  const alice = { iss: p.issuer, aud: gantryA, sub: 'alice', client_id: 'some-mcp-client', scope: 'mcp:read mcp:write', iat: '+0', exp: '+300' };
+  const counter = async () => (await (await fetchWithTimeout(new URL('/__test/requests', p.admin_resources_url))).json()).token_exchange;
+  await check(t('token exchange: alice token for A -> JWT for B (sub, aud, scope, act, client_id), accepted by B; opaque target introspected'), async () => {
+    const before = await counter();
+    const aliceToken = await signToken(keysFile, alice);
+    const r = await exchange(p, { subject_token: aliceToken, resource: url, scope: 'mcp:read' });
+    eq(r.status, 200, `status (${JSON.stringify(r.body)})`);
+    eq(
+      [r.body.issued_token_type, r.body.token_type, r.body.expires_in, r.body.scope],
+      [TT_ACCESS_TOKEN, 'Bearer', p.ttl, 'mcp:read'],
+      'response',
+    );
+    const header = jose.decodeProtectedHeader(r.body.access_token);
+    const c = jose.decodeJwt(r.body.access_token);
+    eq([header.alg, header.typ, p.kids.includes(header.kid)], [p.alg, 'at+jwt', true], 'header alg/typ/kid');
+    eq([c.sub, c.aud, c.scope, c.act, c.client_id, c.iss], ['alice', url, 'mcp:read', { sub: 'gantry-exchanger' }, 'gantry-exchanger', p.issuer], 'claims');
+    assert(c.exp - c.iat === p.ttl && typeof c.jti === 'string', `exp/iat/jti: ${JSON.stringify(c)}`);
+    const m = await mcpPost(url, r.body.access_token, INIT);
+    eq(m.status, 200, `B accepts the exchanged token (${m.text.slice(0, 200)})`);
+    // Without scope: the subject token's scopes that the target accepts; JWT type; audience.
+    const d = await exchange(p, { subject_token: aliceToken, subject_token_type: TT_JWT, audience: url });
+    eq([d.status, jose.decodeJwt(d.body.access_token ?? '').scope, d.body.scope], [200, 'mcp:read mcp:write', 'mcp:read mcp:write'], `default scope (${JSON.stringify(d.body)})`);
+    // Opaque target: introspection shows sub / act / client_id.
+    const o = await exchange(p, { subject_token: aliceToken, resource: opaque, scope: 'mcp:write' });
+    eq(o.status, 200, `opaque target (${JSON.stringify(o.body)})`);
+    assert(o.body.access_token.split('.').length !== 3, 'opaque target: expected an opaque token');
+    const i = await introspect(p, o.body.access_token);
+    eq(
+      [i.body.active, i.body.sub, i.body.aud, i.body.scope, i.body.client_id, i.body.act],
+      [true, 'alice', opaque, 'mcp:write', 'gantry-exchanger', { sub: 'gantry-exchanger' }],
+      'introspection of the exchanged opaque token',
+    );
+    eq((await counter()) - before, 3, 'GET /__test/requests token_exchange');
+  });
+  await check(t('token exchange of real provider tokens (client_credentials JWT and opaque; nested act)'), async () => {
+    const jwt = await exchange(p, { subject_token: readToken, resource: gantryA });
+    eq([jwt.status, jose.decodeJwt(jwt.body.access_token ?? '').sub, jwt.body.scope], [200, 'test-minter', 'mcp:read'], `JWT subject (${JSON.stringify(jwt.body)})`);
+    const cc = await mint(p, { resource: opaque, scope: 'mcp:read mcp:admin' });
+    const op = await exchange(p, { subject_token: cc.body.access_token, resource: url, scope: 'mcp:admin' });
+    eq([op.status, jose.decodeJwt(op.body.access_token ?? '').sub, op.body.scope], [200, 'test-minter', 'mcp:admin'], `opaque subject (${JSON.stringify(op.body)})`);
+    // An exchanged token exchanged again: act nests the previous actor (RFC 8693 §4.1).
+    const again = await exchange(p, { subject_token: jwt.body.access_token, resource: url });
+    eq(jose.decodeJwt(again.body.access_token ?? '').act, { sub: 'gantry-exchanger', act: { sub: 'gantry-exchanger' } }, `nested act (${JSON.stringify(again.body)})`);
+  });
+  await check(t('token exchange errors: invalid_scope, invalid_target, invalid_grant, invalid_client, unauthorized_client, invalid_request'), async () => {
+    const aliceToken = await signToken(keysFile, alice);
+    const ok = { subject_token: aliceToken, resource: url };
+    const cases = [
+      ['scope the subject token lacks', { ...ok, scope: 'mcp:read mcp:admin' }, {}, 400, 'invalid_scope'],
+      ['unknown target', { ...ok, resource: 'http://127.0.0.1:1/unknown' }, {}, 400, 'invalid_target'],
+      ['target with a trailing slash', { ...ok, resource: `${url}/` }, {}, 400, 'invalid_target'],
+      ['two targets', { ...ok, resource: [url, gantryA] }, {}, 400, 'invalid_target'],
+      ['expired subject token', { ...ok, subject_token: await signToken(keysFile, { ...alice, iat: '-600', exp: '-300' }) }, {}, 400, 'invalid_grant'],
+      ['garbage subject token', { ...ok, subject_token: 'garbage' }, {}, 400, 'invalid_grant'],
+      ['garbage JWT', { ...ok, subject_token: 'eyJhbGciOiJub25lIn0.e30.x' }, {}, 400, 'invalid_grant'],
+      ['wrong iss', { ...ok, subject_token: await signToken(keysFile, { ...alice, iss: `${p.issuer}/x` }) }, {}, 400, 'invalid_grant'],
+      ['subject aud not a resource', { ...ok, subject_token: await signToken(keysFile, { ...alice, aud: 'http://127.0.0.1:1/nope' }) }, {}, 400, 'invalid_grant'],
+      ['typ JWT (not an access token)', { ...ok, subject_token: await signToken(keysFile, alice, { header: { typ: 'JWT' } }) }, {}, 400, 'invalid_grant'],
+      ['may_act for another client', { ...ok, subject_token: await signToken(keysFile, { ...alice, may_act: { sub: 'someone-else' } }) }, {}, 400, 'invalid_grant'],
+      ['wrong client secret', ok, { auth: { client_id: 'gantry-exchanger', client_secret: 'wrong' } }, 401, 'invalid_client'],
+      ['test-minter (grant not registered)', ok, { which: 'minter' }, 400, 'unauthorized_client'],
+      ['no subject_token', { ...ok, subject_token: undefined }, {}, 400, 'invalid_request'],
+      ['no subject_token_type', { ...ok, subject_token_type: undefined }, {}, 400, 'invalid_request'],
+      ['no resource / audience', { ...ok, resource: undefined }, {}, 400, 'invalid_request'],
+      ['requested_token_type id_token', { ...ok, requested_token_type: 'urn:ietf:params:oauth:token-type:id_token' }, {}, 400, 'invalid_request'],
+    ];
+    for (const [what, params, opts, status, error] of cases) {
+      const r = await exchange(p, params, opts);
+      eq([r.status, r.body.error], [status, error], `${what} (${JSON.stringify(r.body)})`);
+    }
+    // A public client registered for the grant: unauthorized_client (confidential clients only).
+    const reg = await (
+      await fetchWithTimeout(p.registration_endpoint, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ grant_types: [TOKEN_EXCHANGE], response_types: [], redirect_uris: [], token_endpoint_auth_method: 'none' }),
+      })
+    ).json();
+    assert(reg.client_id, `registration: ${JSON.stringify(reg)}`);
+    const pub = await fetchWithTimeout(p.token_endpoint, {
+      method: 'POST',
+      body: new URLSearchParams({ grant_type: TOKEN_EXCHANGE, client_id: reg.client_id, subject_token: aliceToken, subject_token_type: TT_ACCESS_TOKEN, resource: url }),
+    });
+    const pubBody = await pub.json();
+    eq([pub.status, pubBody.error], [400, 'unauthorized_client'], `public client (${JSON.stringify(pubBody)})`);
+    const allowed = await exchange(p, { ...ok, subject_token: await signToken(keysFile, { ...alice, may_act: { sub: 'gantry-exchanger' } }) });
+    eq(allowed.status, 200, `may_act for gantry-exchanger (${JSON.stringify(allowed.body)})`);
+  });
+
   await check(t('discovery documents'), async () => {
     const origin = new URL(p.issuer).origin;
     const path = new URL(p.issuer).pathname.replace(/\/$/, '');
@@ -220,6 +332,7 @@ async function scenario(name, providerArgs) {
       eq(r.status, 200, u);
       const d = await r.json();
       eq([d.issuer, d.jwks_uri, d.introspection_endpoint, d.code_challenge_methods_supported], [p.issuer, p.jwks_uri, p.introspection_endpoint, ['S256']], u);
+      assert(d.grant_types_supported.includes(TOKEN_EXCHANGE), `${u}: grant_types_supported ${JSON.stringify(d.grant_types_supported)}`);
     }
     if (path) eq((await fetchWithTimeout(`${origin}/.well-known/openid-configuration`)).status, 404, 'root discovery of a path issuer');
     const jwks = await (await fetchWithTimeout(p.jwks_uri)).json();

@@ -6,6 +6,7 @@ import { generateKeyPairSync, randomBytes } from 'node:crypto';
 import { writeFileSync } from 'node:fs';
 import { createServer } from 'node:http';
 import { Provider, jose, oidcErrors } from '../interop/oidc_deps.mjs';
+import { TOKEN_EXCHANGE, exchangeExtraClaims, registerTokenExchange } from './token_exchange.mjs';
 import { consoleToStderr, exitOnEofAndSignals, parseArgs, printLine } from './util.mjs';
 
 consoleToStderr(); // oidc-provider prints its NOTICEs with console.info (stdout)
@@ -75,6 +76,8 @@ const clients = {
   // Resource-server credentials for the introspection endpoint (one per auth method).
   introspector: { client_id: 'gantry-introspector', client_secret: secret(), token_endpoint_auth_method: 'client_secret_basic' },
   introspector_post: { client_id: 'gantry-introspector-post', client_secret: secret(), token_endpoint_auth_method: 'client_secret_post' },
+  // RFC 8693 token exchange (token_exchange.mjs): a user's access token -> one for a backend.
+  exchanger: { client_id: 'gantry-exchanger', client_secret: secret(), token_endpoint_auth_method: 'client_secret_basic' },
 };
 const INTROSPECTORS = new Set([clients.introspector.client_id, clients.introspector_post.client_id]);
 
@@ -102,6 +105,13 @@ const configuration = {
       response_types: [],
       redirect_uris: [],
       scope: SCOPES.join(' '),
+    },
+    {
+      // No `scope` allow-list: an exchange is bounded by the subject token's scopes.
+      ...pick(clients.exchanger),
+      grant_types: [TOKEN_EXCHANGE],
+      response_types: [],
+      redirect_uris: [],
     },
     ...[clients.introspector, clients.introspector_post].map((c) => ({
       ...pick(c),
@@ -134,8 +144,9 @@ const configuration = {
     RefreshToken: 3600,
   },
   // client_credentials tokens: sub = client_id in introspection too (the JWT format
-  // already does that), so opaque and JWT tokens carry the same claims.
-  extraTokenClaims: async (_ctx, token) => (token.kind === 'ClientCredentials' ? { sub: token.clientId } : undefined),
+  // already does that), so opaque and JWT tokens carry the same claims. Token-exchange
+  // tokens: their `act` claim (oidc-provider replaces token.extra with this hook's answer).
+  extraTokenClaims: async (_ctx, token) => (token.kind === 'ClientCredentials' ? { sub: token.clientId } : exchangeExtraClaims(token)),
   issueRefreshToken: async (_ctx, client, code) =>
     client.grantTypeAllowed('refresh_token') && (REFRESH === 'always' || code.scopes.has('offline_access')),
   features: {
@@ -154,18 +165,27 @@ const configuration = {
       defaultResource: async (_ctx, _client, oneOf) => oneOf ?? args['default-resource'],
       // Token requests without `resource` use the resource granted at authorization.
       useGrantedResource: async () => true,
-      getResourceServerInfo: async (_ctx, indicator) => {
-        const rs = resources.get(indicator); // exact string match, no normalisation
-        if (!rs) throw new oidcErrors.InvalidTarget(`unknown resource indicator: ${indicator}`);
-        const info = { scope: rs.scopes.join(' '), audience: indicator, accessTokenTTL: TTL };
-        if (rs.format === 'jwt') return { ...info, accessTokenFormat: 'jwt', jwt: { sign: { alg: SIGN_ALG } } };
-        return { ...info, accessTokenFormat: 'opaque' };
-      },
+      getResourceServerInfo: async (_ctx, indicator) => resourceServerInfo(indicator),
     },
   },
 };
 
+/** oidc-provider's view of a registered resource (exact string match, no normalisation). */
+function resourceServerInfo(indicator) {
+  const rs = resources.get(indicator);
+  if (!rs) throw new oidcErrors.InvalidTarget(`unknown resource indicator: ${indicator}`);
+  const info = { scope: rs.scopes.join(' '), audience: indicator, accessTokenTTL: TTL };
+  if (rs.format === 'jwt') return { ...info, accessTokenFormat: 'jwt', jwt: { sign: { alg: SIGN_ALG } } };
+  return { ...info, accessTokenFormat: 'opaque' };
+}
+
 const provider = new Provider(issuer, configuration);
+registerTokenExchange(provider, {
+  resourceInfo: (indicator) => resources.get(indicator),
+  resourceServerInfo,
+  publicJwks: keys.map((k) => k.public_jwk),
+  onSuccess: () => (requests.token_exchange += 1),
+});
 provider.on('server_error', (_ctx, err) => process.stderr.write(`server_error: ${err?.stack ?? err}\n`));
 for (const ev of ['grant.error', 'registration_create.error', 'introspection.error', 'authorization.error']) {
   provider.on(ev, (_ctx, err) => process.stderr.write(`${ev}: ${err?.message} ${err?.error_description ?? ''}\n`));
@@ -227,8 +247,8 @@ handle = async (req, res) => {
   return callback(req, res);
 };
 
-/** Requests counted for the tests (`GET /__test/requests`). */
-const requests = { jwks: 0 };
+/** Requests counted for the tests (`GET /__test/requests`); token_exchange = tokens issued. */
+const requests = { jwks: 0, token_exchange: 0 };
 
 /** Test-only admin API at the origin (outside the issuer path). */
 async function admin(req, res, url) {
