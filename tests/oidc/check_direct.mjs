@@ -188,7 +188,7 @@ async function scenario(name, providerArgs) {
     const junk = await introspect(p, 'not-a-token');
     eq(junk.body, { active: false }, 'unknown token');
   });
-  await check(t('authorization-code opaque token: introspection has sub = the username'), async () => {
+  await check(t('authorization-code opaque token: introspection has sub = the username; token exchange keeps it'), async () => {
     // The browser flow by hand (no SDK): register, authorize with PKCE, exchange.
     const { playBrowser } = await import('./browser.mjs');
     const redirect = 'http://127.0.0.1:8976/callback';
@@ -214,6 +214,10 @@ async function scenario(name, providerArgs) {
     ).json();
     const i = await introspect(p, tok.access_token);
     eq([i.body.active, i.body.sub, i.body.aud, i.body.scope, i.body.client_id], [true, 'carol', opaque, 'mcp:read', reg.client_id], 'introspection');
+    // ... and exchangeable (RFC 8693) for a JWT for the server, still for carol.
+    const x = await exchange(p, { subject_token: tok.access_token, resource: url });
+    const xc = jose.decodeJwt(x.body.access_token ?? '');
+    eq([x.status, xc.sub, xc.aud, xc.scope, xc.act], [200, 'carol', url, 'mcp:read', { sub: 'gantry-exchanger' }], `token exchange (${JSON.stringify(x.body)})`);
   });
   await check(t('JWT introspection: 400 unsupported_token_type (oidc-provider does not introspect its JWTs)'), async () => {
     const i = await introspect(p, readToken);
