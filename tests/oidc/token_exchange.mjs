@@ -32,7 +32,7 @@ const PARAMETERS = [
  * while it formats a token, so the configuration hook must hand it back (see README quirks).
  */
 export function exchangeExtraClaims(token) {
-  return undefined;
+  return token.kind === 'AccessToken' && token.gty === GTY ? token.extra : undefined;
 }
 
 /**
