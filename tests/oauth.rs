@@ -685,3 +685,73 @@ async fn a_per_user_process_is_told_its_principal() {
         format!("alice@{}", idp.issuer())
     );
 }
+
+/// `grant = "token_exchange"` (RFC 8693): each user's `per-user` connection to an
+/// HTTP backend carries a token for that user — exchanged at the provider for the
+/// user's own token to Gantry, audience-restricted to the backend, naming Gantry as
+/// the actor — and never the user's token itself.
+#[tokio::test]
+async fn a_per_user_backend_gets_a_token_exchanged_for_its_user() {
+    let idp = Provider::start(&[]);
+    let dir = Scratch::new("exchange");
+    let seen = dir.0.join("headers.jsonl");
+    let backend = HttpServer::example_with_env(&[("MB_RECORD_HEADERS", seen.to_str().unwrap())]);
+    idp.add_resource(&backend.url, "jwt").await;
+    let ex = &idp.info["clients"]["exchanger"];
+    let g = gantry()
+        .section(&format!(
+            "[auth.oauth]\n[[auth.oauth.issuers]]\nissuer = {:?}\n",
+            idp.issuer()
+        ))
+        .backend(
+            http_backend("web", &backend.url)
+                .mode("per-user")
+                .transport_field(&format!(
+                    "oauth = {{ grant = \"token_exchange\", token_url = {:?}, client_id = {:?}, client_secret = {:?}, resource = {:?}, scope = \"mcp:read\" }}",
+                    idp.info["token_endpoint"].as_str().unwrap(),
+                    ex["client_id"].as_str().unwrap(),
+                    ex["client_secret"].as_str().unwrap(),
+                    backend.url,
+                )),
+        )
+        .start();
+    idp.add_resource(&g.url, "jwt").await;
+    let claims = |t: &str| -> Value {
+        use base64::Engine as _;
+        let p = t.split('.').nth(1).unwrap();
+        serde_json::from_slice(
+            &base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(p)
+                .unwrap(),
+        )
+        .unwrap()
+    };
+    let mut seen_subjects = Vec::new();
+    for user in ["alice", "bob"] {
+        let own = idp.sign(&g.url, json!({"sub": user, "scope": "mcp:read mcp:write"}));
+        let mut c = g.bearer(&own);
+        c.initialize().await;
+        let r = c
+            .call_tool(json!(2), "echo", json!({"message": user}))
+            .await;
+        assert_eq!(r["result"]["content"][0]["text"], user, "{r}");
+        let last = recorded(&seen).pop().unwrap();
+        let token = last["headers"]["authorization"]
+            .as_str()
+            .and_then(|a| a.strip_prefix("Bearer "))
+            .unwrap_or_else(|| panic!("no token: {last}"))
+            .to_owned();
+        assert_ne!(token, own, "the user's own token reached the backend");
+        let c = claims(&token);
+        assert_eq!(c["sub"], user, "{c}");
+        assert_eq!(c["aud"], backend.url.as_str(), "{c}");
+        assert_eq!(c["scope"], "mcp:read", "{c}");
+        assert_eq!(c["act"]["sub"], ex["client_id"], "{c}");
+        seen_subjects.push(c["sub"].clone());
+    }
+    for r in recorded(&seen) {
+        let a = r["headers"]["authorization"].as_str().unwrap_or_default();
+        assert!(!a.is_empty(), "a request without the exchanged token: {r}");
+    }
+    assert_eq!(seen_subjects, vec![json!("alice"), json!("bob")]);
+}

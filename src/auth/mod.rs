@@ -20,6 +20,7 @@
 
 pub mod oauth;
 pub mod policy;
+pub mod vault;
 
 use crate::config::AuthConfig;
 use http::header::{HeaderMap, AUTHORIZATION};
@@ -193,6 +194,8 @@ pub struct Authenticator {
     required: bool,
     keys: Vec<ApiKey>,
     oauth: Option<ResourceServer>,
+    /// Remember each OAuth caller's latest token (a backend exchanges them).
+    keep_tokens: bool,
 }
 
 impl fmt::Debug for Authenticator {
@@ -208,7 +211,13 @@ impl fmt::Debug for Authenticator {
 impl Authenticator {
     /// Builds the authenticator for a validated `[auth]` section; `public_url` is the
     /// MCP endpoint's public URL (required with `[auth.oauth]`).
-    pub fn with_oauth(cfg: &AuthConfig, public_url: Option<&str>) -> Result<Self, String> {
+    /// With `keep_tokens`, each OAuth caller's latest token is remembered for the
+    /// backends that exchange it ([`vault`]).
+    pub fn with_oauth(
+        cfg: &AuthConfig,
+        public_url: Option<&str>,
+        keep_tokens: bool,
+    ) -> Result<Self, String> {
         let mut a = Self::new(cfg);
         if let Some(o) = &cfg.oauth {
             let url = public_url.ok_or("[auth.oauth] needs the public URL of the MCP endpoint")?;
@@ -216,6 +225,7 @@ impl Authenticator {
             tracing::info!(issuers = ?o.issuers.iter().map(|i| i.issuer.as_str()).collect::<Vec<_>>(), resource = url, "OAuth access tokens are accepted");
             a.oauth = Some(rs);
             a.required = true;
+            a.keep_tokens = keep_tokens;
         }
         Ok(a)
     }
@@ -246,6 +256,7 @@ impl Authenticator {
             required: !cfg.api_keys.is_empty(),
             keys,
             oauth: None,
+            keep_tokens: false,
         };
         if auth.required {
             let mut principals: Vec<&str> =
@@ -294,11 +305,15 @@ impl Authenticator {
             return Ok(p);
         }
         match &self.oauth {
-            Some(rs) if via_bearer => rs
-                .validate(value)
-                .await
-                .map(Principal::from_token)
-                .map_err(AuthError::Token),
+            Some(rs) if via_bearer => {
+                let info = rs.validate(value).await.map_err(AuthError::Token)?;
+                let exp = info.expires_at;
+                let p = Principal::from_token(info);
+                if self.keep_tokens {
+                    vault::remember(p.as_str(), value, exp.unwrap_or(u64::MAX));
+                }
+                Ok(p)
+            }
             _ => Err(AuthError::InvalidKey),
         }
     }

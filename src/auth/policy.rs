@@ -206,6 +206,7 @@ mod tests {
             subject: sub.into(),
             client_id: None,
             scopes: scopes.iter().map(|s| (*s).to_owned()).collect(),
+            expires_at: None,
         })
     }
 

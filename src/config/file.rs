@@ -571,6 +571,18 @@ pub struct BackendOAuthConfig {
     /// `client_secret_basic` (default) or `client_secret_post`.
     #[serde(default = "default_client_auth")]
     pub auth_method: String,
+    /// `client_credentials` (default: a token for Gantry itself) or
+    /// `token_exchange` (RFC 8693: each `per-user` connection gets a token for its
+    /// user, exchanged for the user's own token to Gantry).
+    #[serde(default = "default_grant")]
+    pub grant: String,
+    /// Set by Gantry for a `token_exchange` connection: whose token it exchanges.
+    #[serde(skip)]
+    pub for_principal: Option<String>,
+}
+
+fn default_grant() -> String {
+    "client_credentials".into()
 }
 
 impl std::fmt::Debug for BackendOAuthConfig {
@@ -581,6 +593,7 @@ impl std::fmt::Debug for BackendOAuthConfig {
             .field("client_secret", &"<redacted>")
             .field("scope", &self.scope)
             .field("resource", &self.resource)
+            .field("grant", &self.grant)
             .finish()
     }
 }

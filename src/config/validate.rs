@@ -105,6 +105,7 @@ impl ConfigFile {
             problems.push("backends: at least one backend is needed".into());
         }
         let mut seen = std::collections::HashSet::new();
+        let oauth_on = self.auth.oauth.is_some();
         for (i, b) in self.backends.iter_mut().enumerate() {
             let key = format!("backends[{i}]");
             let valid_name = !b.name.is_empty()
@@ -217,6 +218,24 @@ impl ConfigFile {
                             Ok(v) => o.client_secret = v,
                             Err(var) => problems.push(format!(
                                 "{okey}.client_secret: environment variable `{var}` is not set"
+                            )),
+                        }
+                        match o.grant.as_str() {
+                            "client_credentials" => {}
+                            "token_exchange" => {
+                                if b.session_mode != SessionMode::PerUser {
+                                    problems.push(format!(
+                                        "{okey}.grant: token_exchange needs session_mode = \"per-user\" (each user's connection gets that user's token)"
+                                    ));
+                                }
+                                if !oauth_on {
+                                    problems.push(format!(
+                                        "{okey}.grant: token_exchange exchanges the callers' OAuth tokens; configure [auth.oauth]"
+                                    ));
+                                }
+                            }
+                            other => problems.push(format!(
+                                "{okey}.grant: `{other}` is not client_credentials or token_exchange"
                             )),
                         }
                         if !matches!(

@@ -91,8 +91,15 @@ impl App {
     /// must be set (the caller derives it from the bound address on loopback).
     pub fn new(cfg: Config) -> Result<Arc<Self>, AppError> {
         let loopback = cfg.listen.ip().is_loopback();
-        let auth = Authenticator::with_oauth(&cfg.auth, cfg.server.public_url.as_deref())
-            .map_err(AppError::Auth)?;
+        let exchanges = cfg.backends.iter().any(|b| {
+            b.http
+                .as_ref()
+                .and_then(|h| h.oauth.as_ref())
+                .is_some_and(|o| o.grant == "token_exchange")
+        });
+        let auth =
+            Authenticator::with_oauth(&cfg.auth, cfg.server.public_url.as_deref(), exchanges)
+                .map_err(AppError::Auth)?;
         if let Some(rs) = auth.oauth() {
             rs.warm_up();
         }

@@ -69,6 +69,34 @@ impl Slot {
         Ok(Conn::start(cfg, want, params, owner, self.stats.clone()))
     }
 
+    /// The configuration of `principal`'s own connection, when it differs: a stdio
+    /// process told whose it is (`principal_env`), an HTTP connection with that
+    /// user's exchanged token (`token_exchange`).
+    fn for_principal(&self, principal: &str) -> Option<BackendConfig> {
+        let env = self
+            .cfg
+            .stdio
+            .as_ref()
+            .and_then(|s| s.principal_env.as_ref());
+        let exchange = self
+            .cfg
+            .http
+            .as_ref()
+            .and_then(|h| h.oauth.as_ref())
+            .is_some_and(|o| o.grant == "token_exchange");
+        if env.is_none() && !exchange {
+            return None;
+        }
+        let mut cfg = self.cfg.clone();
+        if let (Some(var), Some(s)) = (env.cloned(), cfg.stdio.as_mut()) {
+            s.env.insert(var, principal.to_owned());
+        }
+        if let Some(o) = cfg.http.as_mut().and_then(|h| h.oauth.as_mut()) {
+            o.for_principal = Some(principal.to_owned());
+        }
+        Some(cfg)
+    }
+
     /// A ready warm connection for callers of `era`, if the pool has one.
     pub(super) fn take_warm(&self, era: Era) -> Option<Arc<Conn>> {
         let mut warm = self.warm.lock();
@@ -194,30 +222,19 @@ impl Slot {
         }
         let hub = Arc::new(Hub::new(&self.cfg.name, self.stats.clone()));
         let sink: Sink = hub.clone();
-        let principal_env = self
-            .cfg
-            .stdio
-            .as_ref()
-            .and_then(|s| s.principal_env.clone());
-        // A warm process is nobody's: not for a backend told whose process it is.
-        let warm = if principal_env.is_none() {
+        let whose = self.for_principal(principal);
+        // A warm connection is nobody's: not for a backend told whose one it is.
+        let warm = if whose.is_none() {
             self.take_warm(era)
         } else {
             None
         };
-        let conn = match (&principal_env, warm) {
+        let conn = match (whose, warm) {
             (None, Some(c)) => {
                 c.set_owner(sink);
                 c
             }
-            (Some(var), _) => {
-                // Its own process, told whose it is (a warm one is nobody's).
-                let mut cfg = self.cfg.clone();
-                if let Some(s) = cfg.stdio.as_mut() {
-                    s.env.insert(var.clone(), principal.to_owned());
-                }
-                self.start_as(&cfg, era, self.init_for(era), Some(sink))?
-            }
+            (Some(cfg), _) => self.start_as(&cfg, era, self.init_for(era), Some(sink))?,
             (None, None) => self.start(era, self.init_for(era), Some(sink))?,
         };
         let spoken = if self.stats.eras.get(era) == Some(true) {

@@ -1,7 +1,8 @@
-//! Gantry's own credentials at an HTTP backend: OAuth 2.1 client credentials
-//! (`http.oauth`), fetched from the backend's token endpoint, shared by every
-//! connection that uses the same client, renewed before they expire and fetched
-//! anew once when the backend answers 401. Never a client's token.
+//! Gantry's own credentials at an HTTP backend (`http.oauth`), from the backend's
+//! token endpoint: OAuth 2.1 client credentials (a token for Gantry, shared by every
+//! connection that uses the same client), or RFC 8693 token exchange (a token for
+//! one user, exchanged for that user's latest token to Gantry). Renewed before they
+//! expire, fetched anew once when the backend answers 401. Never a client's token.
 
 use crate::config::BackendOAuthConfig;
 use parking_lot::Mutex;
@@ -19,6 +20,8 @@ const DEFAULT_LIFETIME: Duration = Duration::from_secs(300);
 
 struct Token {
     value: String,
+    /// Token exchange: the subject token it was exchanged for.
+    subject: Option<String>,
     fetched: Instant,
     /// When to fetch a new one (before it expires).
     renew_at: Instant,
@@ -39,12 +42,14 @@ impl ClientCredentials {
     /// The shared client for `cfg`.
     pub(crate) fn for_config(cfg: &BackendOAuthConfig) -> Result<Arc<Self>, String> {
         let key = format!(
-            "{}\n{}\n{}\n{}\n{}",
+            "{}\n{}\n{}\n{}\n{}\n{}\n{}",
             cfg.token_url,
             cfg.client_id,
             cfg.scope.as_deref().unwrap_or(""),
             cfg.resource.as_deref().unwrap_or(""),
-            cfg.audience.as_deref().unwrap_or("")
+            cfg.audience.as_deref().unwrap_or(""),
+            cfg.grant,
+            cfg.for_principal.as_deref().unwrap_or("")
         );
         let mut all = CLIENTS.lock();
         if let Some(c) = all.get(&key) {
@@ -65,11 +70,24 @@ impl ClientCredentials {
 
     /// A valid access token: the cached one, or a new one.
     pub(crate) async fn bearer(&self) -> Result<String, String> {
+        // Token exchange: the user's latest token to Gantry (a renewed or stepped-up
+        // one makes a new exchange).
+        let subject = match &self.cfg.for_principal {
+            Some(p) if self.cfg.grant == "token_exchange" => Some(
+                crate::auth::vault::latest(p)
+                    .map(|(t, _)| t)
+                    .ok_or_else(|| format!("no valid token of {p} to exchange"))?,
+            ),
+            _ => None,
+        };
         let mut t = self.token.lock().await;
-        if let Some(tok) = t.as_ref().filter(|t| t.renew_at > Instant::now()) {
+        if let Some(tok) = t
+            .as_ref()
+            .filter(|t| t.renew_at > Instant::now() && t.subject == subject)
+        {
             return Ok(tok.value.clone());
         }
-        let fresh = self.fetch().await?;
+        let fresh = self.fetch(subject).await?;
         let value = fresh.value.clone();
         *t = Some(fresh);
         Ok(value)
@@ -86,9 +104,26 @@ impl ClientCredentials {
         }
     }
 
-    async fn fetch(&self) -> Result<Token, String> {
+    async fn fetch(&self, subject: Option<String>) -> Result<Token, String> {
         let c = &self.cfg;
-        let mut form: Vec<(&str, &str)> = vec![("grant_type", "client_credentials")];
+        let mut form: Vec<(&str, &str)> = match &subject {
+            None => vec![("grant_type", "client_credentials")],
+            Some(token) => vec![
+                (
+                    "grant_type",
+                    "urn:ietf:params:oauth:grant-type:token-exchange",
+                ),
+                ("subject_token", token),
+                (
+                    "subject_token_type",
+                    "urn:ietf:params:oauth:token-type:access_token",
+                ),
+                (
+                    "requested_token_type",
+                    "urn:ietf:params:oauth:token-type:access_token",
+                ),
+            ],
+        };
         for (k, v) in [
             ("scope", &c.scope),
             ("resource", &c.resource),
@@ -129,10 +164,15 @@ impl ClientCredentials {
         }
         let doc: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
         if !status.is_success() {
-            let why = doc
-                .get("error")
-                .and_then(|v| v.as_str())
-                .unwrap_or("no error code");
+            let field = |k: &str| doc.get(k).and_then(|v| v.as_str()).unwrap_or("");
+            let mut why = field("error").to_owned();
+            if why.is_empty() {
+                why = "no error code".into();
+            }
+            let detail: String = field("error_description").chars().take(200).collect();
+            if !detail.is_empty() {
+                why = format!("{why}: {detail}");
+            }
             return Err(format!(
                 "token endpoint {} refused Gantry's client `{}`: HTTP {} ({why})",
                 c.token_url,
@@ -152,9 +192,10 @@ impl ClientCredentials {
             .map_or(DEFAULT_LIFETIME, Duration::from_secs);
         // Renewed when a fifth of its life (at most 60s) is left.
         let margin = (lifetime / 5).min(Duration::from_secs(60));
-        tracing::info!(token_url = %c.token_url, client = %c.client_id, lifetime = %crate::telemetry::human(lifetime), "backend access token fetched");
+        tracing::info!(token_url = %c.token_url, client = %c.client_id, grant = %c.grant, principal = c.for_principal.as_deref().unwrap_or("-"), lifetime = %crate::telemetry::human(lifetime), "backend access token fetched");
         Ok(Token {
             value,
+            subject,
             fetched: Instant::now(),
             renew_at: Instant::now() + lifetime.saturating_sub(margin),
         })

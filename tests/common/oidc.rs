@@ -170,6 +170,8 @@ impl Provider {
         }
         let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::RS256);
         header.kid = Some(kid.to_owned());
+        // As the provider's own access tokens (RFC 9068).
+        header.typ = Some("at+jwt".into());
         let pem = key["private_pem"].as_str().unwrap();
         let enc = jsonwebtoken::EncodingKey::from_rsa_pem(pem.as_bytes()).unwrap();
         jsonwebtoken::encode(&header, &c, &enc).unwrap()

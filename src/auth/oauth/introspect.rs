@@ -154,6 +154,7 @@ pub(super) fn read_answer(doc: &Value, issuer: &str, resource: &Resource) -> (An
                 .and_then(Value::as_str)
                 .map(str::to_owned),
             scopes,
+            expires_at: exp,
         }),
         exp,
     )

@@ -50,6 +50,8 @@ pub struct TokenInfo {
     /// `client_id` (or `azp`) claim.
     pub client_id: Option<String>,
     pub scopes: Vec<String>,
+    /// `exp` (Unix seconds), when the token says.
+    pub expires_at: Option<u64>,
 }
 
 /// Checks tokens for Gantry's one resource.
@@ -390,6 +392,7 @@ impl ResourceServer {
             subject,
             client_id,
             scopes,
+            expires_at: claims.get("exp").and_then(Value::as_u64),
         })
     }
 
