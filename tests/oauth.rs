@@ -755,3 +755,37 @@ async fn a_per_user_backend_gets_a_token_exchanged_for_its_user() {
     }
     assert_eq!(seen_subjects, vec![json!("alice"), json!("bob")]);
 }
+
+/// Several issuers trusted at once: each one's tokens are accepted (each user its
+/// own principal), the metadata lists both, the first first.
+#[tokio::test]
+async fn several_issuers_are_trusted_at_once() {
+    let (a, b) = (Provider::start(&[]), Provider::start(&[]));
+    let g = protected(&[&a, &b], example()).await;
+    for (idp, user) in [(&a, "ann"), (&b, "ben")] {
+        let mut c = g.bearer(&idp.sign(&g.url, json!({"sub": user})));
+        c.initialize().await;
+        let r = c
+            .call_tool(json!(2), "echo", json!({"message": user}))
+            .await;
+        assert_eq!(r["result"]["content"][0]["text"], user, "{r}");
+    }
+    let doc: Value = reqwest::get(metadata_url(&g))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        doc["authorization_servers"],
+        json!([a.issuer(), b.issuer()]),
+        "{doc}"
+    );
+    // The same subject at two issuers is two principals: ann@a's session is not ann@b's.
+    let mut at_a = g.bearer(&a.sign(&g.url, json!({"sub": "ann"})));
+    at_a.initialize().await;
+    let mut at_b = g.bearer(&b.sign(&g.url, json!({"sub": "ann"})));
+    at_b.session = at_a.session.clone();
+    let r = at_b.request(json!(3), "tools/list", json!({})).await;
+    assert_eq!(r.status, 404, "{}", r.raw);
+}

@@ -94,6 +94,8 @@ pub struct Metrics {
     pub auth_failures: IntCounterVec,
     /// Fetches of an issuer's signing keys, by issuer (configured) and outcome.
     pub jwks_fetches: IntCounterVec,
+    /// Opaque tokens checked, by how (`cache`, `introspection`).
+    pub introspections: IntCounterVec,
     /// `requests` and `latency` per method label (`METHODS`, then `other`).
     by_method: Vec<MethodSeries>,
 }
@@ -185,6 +187,13 @@ impl Metrics {
             ),
             &["issuer", "outcome"],
         )?;
+        let introspections = IntCounterVec::new(
+            Opts::new(
+                "oauth_introspections_total",
+                "Opaque tokens checked: answered from the cache or by an introspection call",
+            ),
+            &["source"],
+        )?;
         let by_method = METHODS
             .iter()
             .copied()
@@ -218,6 +227,7 @@ impl Metrics {
         registry.register(Box::new(backend_unattributed.clone()))?;
         registry.register(Box::new(auth_failures.clone()))?;
         registry.register(Box::new(jwks_fetches.clone()))?;
+        registry.register(Box::new(introspections.clone()))?;
         Ok(Self {
             registry,
             requests,
@@ -233,6 +243,7 @@ impl Metrics {
             backend_unattributed,
             auth_failures,
             jwks_fetches,
+            introspections,
             by_method,
         })
     }

@@ -22,6 +22,9 @@ pub(super) struct Cache {
     ttl: Duration,
     max: usize,
     inner: Mutex<Entries>,
+    /// Answers found in the cache, and introspection calls made (metrics).
+    pub hits: std::sync::atomic::AtomicU64,
+    pub calls: std::sync::atomic::AtomicU64,
 }
 
 pub(super) fn digest(token: &str) -> [u8; 32] {
@@ -34,13 +37,18 @@ impl Cache {
             ttl,
             max: max.max(1),
             inner: Mutex::new((HashMap::new(), VecDeque::new())),
+            hits: Default::default(),
+            calls: Default::default(),
         }
     }
 
     pub(super) fn get(&self, key: &[u8; 32]) -> Option<Answer> {
         let mut g = self.inner.lock();
         match g.0.get(key) {
-            Some((until, a)) if *until > Instant::now() => Some(a.clone()),
+            Some((until, a)) if *until > Instant::now() => {
+                self.hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                Some(a.clone())
+            }
             Some(_) => {
                 g.0.remove(key);
                 None

@@ -193,6 +193,15 @@ impl ResourceServer {
             .collect()
     }
 
+    /// Introspection answers reused from the cache, and introspection calls made.
+    pub fn introspections(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (
+            self.introspected.hits.load(Relaxed),
+            self.introspected.calls.load(Relaxed),
+        )
+    }
+
     /// The protected-resource metadata served at `path`.
     pub fn metadata(&self, path: &str) -> Value {
         self.resource.metadata(
@@ -227,6 +236,9 @@ impl ResourceServer {
         }
         let mut last = None;
         for issuer in self.issuers.iter().filter(|i| i.introspection.is_some()) {
+            self.introspected
+                .calls
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let doc = issuer.introspect(token).await?;
             let (answer, exp) = introspect::read_answer(&doc, &issuer.id, &self.resource);
             if doc.get("active") == Some(&Value::Bool(true)) {
