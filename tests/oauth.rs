@@ -789,3 +789,27 @@ async fn several_issuers_are_trusted_at_once() {
     let r = at_b.request(json!(3), "tools/list", json!({})).await;
     assert_eq!(r.status, 404, "{}", r.raw);
 }
+
+/// `audiences`: an issuer whose tokens name Gantry otherwise (Entra ID's client id,
+/// Okta's `api://default`) is trusted with that audience — and only that issuer.
+#[tokio::test]
+async fn an_issuer_may_name_gantry_with_its_own_audience() {
+    let (entra, other) = (Provider::start(&[]), Provider::start(&[]));
+    let g = gantry()
+        .section(&format!(
+            "[auth.oauth]\n[[auth.oauth.issuers]]\nissuer = {:?}\naudiences = [\"api://gantry\"]\n\
+             [[auth.oauth.issuers]]\nissuer = {:?}\n",
+            entra.issuer(),
+            other.issuer()
+        ))
+        .backend(example())
+        .start();
+    let mut c = g.bearer(&entra.sign("api://gantry", json!({})));
+    c.initialize().await;
+    let (status, _, body) =
+        try_initialize(&g, &g.bearer(&other.sign("api://gantry", json!({})))).await;
+    assert_eq!(status, 401, "{body}");
+    let (status, _, body) =
+        try_initialize(&g, &g.bearer(&entra.sign("api://gantry-evil", json!({})))).await;
+    assert_eq!(status, 401, "{body}");
+}

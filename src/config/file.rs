@@ -248,6 +248,11 @@ pub struct IssuerConfig {
     /// Where its signing keys are, instead of the discovered `jwks_uri`.
     #[serde(default)]
     pub jwks_uri: Option<String>,
+    /// Audiences of this issuer's tokens that also name Gantry (exact strings), for
+    /// IdPs that cannot put its URL in `aud`: Entra ID v2 (the API's client id),
+    /// Okta (`api://default`). Default: none, `aud` must name `server.public_url`.
+    #[serde(default)]
+    pub audiences: Vec<String>,
     /// Opaque (non-JWT) tokens are checked with this issuer's RFC 7662 introspection
     /// endpoint, as this client.
     #[serde(default)]

@@ -92,7 +92,12 @@ impl Cache {
 /// What an introspection answer says, checked: active, for this resource, of this
 /// issuer, not expired, with a subject. `Err` for an answer that does not let the
 /// token in; the `u64` is the token's `exp`, if given.
-pub(super) fn read_answer(doc: &Value, issuer: &str, resource: &Resource) -> (Answer, Option<u64>) {
+pub(super) fn read_answer(
+    doc: &Value,
+    issuer: &str,
+    resource: &Resource,
+    audiences: &[String],
+) -> (Answer, Option<u64>) {
     let invalid = |label: &'static str, why: String| Err(OAuthError::Invalid(label, why));
     let exp = doc.get("exp").and_then(Value::as_u64);
     if doc.get("active") != Some(&Value::Bool(true)) {
@@ -118,14 +123,7 @@ pub(super) fn read_answer(doc: &Value, issuer: &str, resource: &Resource) -> (An
             );
         }
     }
-    let for_us = match doc.get("aud") {
-        Some(Value::String(a)) => resource.is_audience(a),
-        Some(Value::Array(l)) => l
-            .iter()
-            .filter_map(Value::as_str)
-            .any(|a| resource.is_audience(a)),
-        _ => false,
-    };
+    let for_us = super::names_us(doc.get("aud"), resource, audiences);
     if !for_us {
         return (
             invalid(

@@ -37,6 +37,8 @@ pub(super) struct Issuer {
     /// The issuer identifier, as configured (and as in its tokens' `iss`).
     pub id: String,
     jwks_override: Option<String>,
+    /// More audiences that name Gantry in this issuer's tokens (`audiences`).
+    pub audiences: Vec<String>,
     /// Gantry's client at the introspection endpoint, if opaque tokens are checked.
     pub introspection: Option<crate::config::IntrospectionConfig>,
     refetch: Duration,
@@ -79,6 +81,7 @@ impl Issuer {
             id: cfg.issuer.clone(),
             jwks_override: cfg.jwks_uri.clone(),
             introspection: cfg.introspection.clone(),
+            audiences: cfg.audiences.clone(),
             refetch,
             http,
             cache: Mutex::new(Cache::default()),

@@ -240,7 +240,8 @@ impl ResourceServer {
                 .calls
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let doc = issuer.introspect(token).await?;
-            let (answer, exp) = introspect::read_answer(&doc, &issuer.id, &self.resource);
+            let (answer, exp) =
+                introspect::read_answer(&doc, &issuer.id, &self.resource, &issuer.audiences);
             if doc.get("active") == Some(&Value::Bool(true)) {
                 self.introspected.put(key, answer.clone(), exp);
                 return answer;
@@ -362,14 +363,7 @@ impl ResourceServer {
                 "the token was issued in the future (iat)",
             ));
         }
-        let for_us = match claims.get("aud") {
-            Some(Value::String(a)) => self.resource.is_audience(a),
-            Some(Value::Array(list)) => list
-                .iter()
-                .filter_map(Value::as_str)
-                .any(|a| self.resource.is_audience(a)),
-            _ => false,
-        };
+        let for_us = names_us(claims.get("aud"), &self.resource, &issuer.audiences);
         if !for_us {
             return Err(OAuthError::Invalid(
                 "audience",
@@ -429,6 +423,17 @@ impl ResourceServer {
             self.resource.metadata_url()
         ));
         format!("Bearer {}", parts.join(", "))
+    }
+}
+
+/// Whether an `aud` claim (a string or an array) names Gantry: its public URL (up
+/// to case, default port, trailing slash) or one of the issuer's `audiences`.
+pub(super) fn names_us(aud: Option<&Value>, resource: &Resource, extra: &[String]) -> bool {
+    let one = |a: &str| resource.is_audience(a) || extra.iter().any(|e| e == a);
+    match aud {
+        Some(Value::String(a)) => one(a),
+        Some(Value::Array(list)) => list.iter().filter_map(Value::as_str).any(one),
+        _ => false,
     }
 }
 
