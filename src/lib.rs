@@ -10,6 +10,7 @@ pub mod fault;
 
 pub mod front;
 pub mod jsonrpc;
+pub mod limits;
 pub mod mcp;
 pub mod process_tree;
 pub mod router;

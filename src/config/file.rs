@@ -22,6 +22,59 @@ pub struct ConfigFile {
     /// Who may call Gantry. Default: no keys, every caller is anonymous.
     #[serde(default)]
     pub auth: AuthConfig,
+    /// Rate limits. Default: none.
+    #[serde(default)]
+    pub limits: LimitsConfig,
+}
+
+/// Rate limits (`[limits]`, `[[limits.rules]]`).
+#[derive(Debug, Default, Deserialize, Clone)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    /// Ordered rules; a request must pass every rule that covers it.
+    pub rules: Vec<LimitRuleConfig>,
+    /// Proxies (addresses or CIDR blocks) whose `X-Forwarded-For` names the client:
+    /// the client's address is then the right-most one in it not in this list.
+    /// Default: none (the connection's address is the client's).
+    pub trusted_proxies: Vec<String>,
+}
+
+/// One rate limit (GCRA): `rate` on average, `burst` at once, counted per key.
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct LimitRuleConfig {
+    /// Names the rule in answers, logs and metrics: 1-64 of `A-Z a-z 0-9 _ - .`.
+    pub name: String,
+    /// What is counted separately, combined: `principal`, `ip`, `tool`, `backend`,
+    /// `method` or `global`. Default `["principal"]`.
+    #[serde(default = "default_limit_key")]
+    pub key: Vec<String>,
+    /// `N/s`, `N/m` or `N/h`.
+    pub rate: String,
+    /// Requests admitted at once beyond the average. Default: N of `rate`.
+    #[serde(default)]
+    pub burst: Option<u32>,
+    /// Covers these methods only (`tools/call`, `initialize`, …). Default: all.
+    #[serde(default)]
+    pub methods: Vec<String>,
+    /// Covers calls of these tools only (globs over the names clients see).
+    #[serde(default)]
+    pub tools: Vec<String>,
+    /// Covers gets of these prompts only (globs).
+    #[serde(default)]
+    pub prompts: Vec<String>,
+    /// A limited `tools/call` gets a JSON-RPC error (`error`, default) or a tool
+    /// result with `isError: true` a model can read (`tool_result`).
+    #[serde(default = "default_limit_answer")]
+    pub answer: String,
+}
+
+fn default_limit_key() -> Vec<String> {
+    vec!["principal".into()]
+}
+
+fn default_limit_answer() -> String {
+    "error".into()
 }
 
 /// The HTTP front door.

@@ -58,6 +58,8 @@ pub struct Config {
     pub backends: Vec<BackendConfig>,
     /// Authentication (validated: principals well-formed, digests 64 hex, unique).
     pub auth: AuthConfig,
+    /// Rate limits (validated: rates, keys, names).
+    pub limits: LimitsConfig,
 }
 
 impl Config {

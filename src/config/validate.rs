@@ -302,6 +302,7 @@ impl ConfigFile {
             }
         }
         validate_auth(&mut self.auth, &mut problems);
+        validate_limits(&self.limits, &mut problems);
         super::validate_oauth::check(&mut self.server, listen, &mut self.auth, env, &mut problems);
         match (problems.is_empty(), listen) {
             (true, Some(listen)) => Ok(Config {
@@ -310,6 +311,7 @@ impl ConfigFile {
                 namespacing: self.namespacing,
                 backends: self.backends,
                 auth: self.auth,
+                limits: self.limits,
             }),
             _ => Err(ConfigError::Invalid {
                 path: origin.to_owned(),
@@ -360,6 +362,74 @@ fn validate_auth(auth: &mut AuthConfig, problems: &mut Vec<String>) {
             ));
         } else {
             seen.insert(k.sha256.clone(), i);
+        }
+    }
+}
+
+/// `N/s`, `N/m`, `N/h` as (N, the period).
+pub fn parse_rate(rate: &str) -> Option<(u32, Duration)> {
+    let (n, unit) = rate.trim().split_once('/')?;
+    let n: u32 = n.trim().parse().ok().filter(|n| *n > 0)?;
+    let period = match unit.trim() {
+        "s" | "sec" | "second" => Duration::from_secs(1),
+        "m" | "min" | "minute" => Duration::from_secs(60),
+        "h" | "hour" => Duration::from_secs(3600),
+        _ => return None,
+    };
+    Some((n, period))
+}
+
+/// Checks `[limits]`.
+fn validate_limits(limits: &crate::config::LimitsConfig, problems: &mut Vec<String>) {
+    let mut names = std::collections::HashSet::new();
+    for (i, r) in limits.rules.iter().enumerate() {
+        let key = format!("limits.rules[{i}]");
+        let ok_name = !r.name.is_empty()
+            && r.name.len() <= 64
+            && r.name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b));
+        if !ok_name {
+            problems.push(format!(
+                "{key}.name: `{}` must be 1-64 characters of A-Z a-z 0-9 _ - .",
+                r.name.escape_debug()
+            ));
+        } else if !names.insert(r.name.clone()) {
+            problems.push(format!("{key}.name: `{}` is used twice", r.name));
+        }
+        if parse_rate(&r.rate).is_none() {
+            problems.push(format!(
+                "{key}.rate: `{}` is not like \"60/m\" (N per s, m or h; N at least 1)",
+                r.rate
+            ));
+        }
+        if r.burst == Some(0) {
+            problems.push(format!("{key}.burst: must be at least 1"));
+        }
+        if r.key.is_empty() {
+            problems.push(format!(
+                "{key}.key: name what is counted (e.g. [\"principal\"])"
+            ));
+        }
+        for k in &r.key {
+            if !["principal", "ip", "tool", "backend", "method", "global"].contains(&k.as_str()) {
+                problems.push(format!(
+                    "{key}.key: `{k}` is not principal, ip, tool, backend, method or global"
+                ));
+            }
+        }
+        if !matches!(r.answer.as_str(), "error" | "tool_result") {
+            problems.push(format!(
+                "{key}.answer: `{}` is not error or tool_result",
+                r.answer
+            ));
+        }
+    }
+    for (i, p) in limits.trusted_proxies.iter().enumerate() {
+        if crate::limits::Cidr::parse(p).is_none() {
+            problems.push(format!(
+                "limits.trusted_proxies[{i}]: `{p}` is not an address or CIDR block (10.0.0.0/8, ::1)"
+            ));
         }
     }
 }

@@ -134,6 +134,13 @@ pub(super) async fn check_origin(
     resp
 }
 
+/// The address of the connection a request came on (Gantry's own listener).
+pub(super) fn peer_ip(extensions: &axum::http::Extensions) -> Option<std::net::IpAddr> {
+    extensions
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map(|c| c.0.ip())
+}
+
 /// Whom a new session counts against: its principal when authenticated, else the
 /// client's address (an IPv6 client by its /64, which one host can fill at will).
 /// `None` when the address is unknown (not served by Gantry's own listener).
@@ -191,4 +198,88 @@ pub(super) fn step_up<'a>(
         }
     }
     Ok(())
+}
+
+/// How a limited `tools/call` alone in its POST can be answered.
+#[derive(Clone, Copy)]
+pub(super) enum Answer {
+    /// In the POST's response (the era says how a result is shaped).
+    Inline { stateless: bool },
+    /// Not at all (the legacy transport answers on its SSE stream): 429.
+    Refuse,
+}
+
+/// Rate limits, before anything is dispatched (and before a session is created). A
+/// limited `tools/call` alone in its POST is answered as the rule says (JSON-RPC
+/// error `-32029`, or a tool result with `isError`); anything else limited refuses
+/// the POST as a whole: 429 with `Retry-After`. Returns the refusal, if any.
+pub(super) fn rate_limit<'a>(
+    app: &App,
+    principal: &crate::auth::Principal,
+    peer: Option<std::net::IpAddr>,
+    headers: &axum::http::HeaderMap,
+    requests: impl IntoIterator<Item = &'a crate::jsonrpc::Request>,
+    answer: Answer,
+) -> Option<HttpResponse> {
+    let limits = app.limits.as_ref()?;
+    let forwarded = headers.get("x-forwarded-for").and_then(|v| v.to_str().ok());
+    let ip = limits.client_ip(peer, forwarded);
+    let requests: Vec<&crate::jsonrpc::Request> = requests.into_iter().collect();
+    let alone = requests.len() == 1;
+    for r in &requests {
+        let name = match r.method.as_str() {
+            "tools/call" | "prompts/get" => {
+                crate::jsonrpc::string_field(r.params.as_deref(), "name")
+            }
+            _ => None,
+        };
+        let ask = crate::limits::Ask {
+            principal: principal.as_str(),
+            ip,
+            method: &r.method,
+            name: name.as_deref(),
+            backend: name.as_deref().and_then(|n| app.backend_of(n)),
+        };
+        let Err(limited) = limits.check(&ask) else {
+            continue;
+        };
+        tracing::info!(principal = %principal, method = %r.method, rule = %limited.rule, "rate limited");
+        if let (true, "tools/call", Answer::Inline { stateless }) =
+            (alone, r.method.as_str(), answer)
+        {
+            return Some(limited_call(r, &limited, stateless));
+        }
+        return Some(FrontError::RateLimited(limited).into_response());
+    }
+    None
+}
+
+/// The answer to a limited `tools/call`: an error, or a tool result a model reads.
+fn limited_call(
+    r: &crate::jsonrpc::Request,
+    limited: &crate::limits::Limited,
+    stateless: bool,
+) -> HttpResponse {
+    use crate::jsonrpc::{Response, RpcError};
+    let resp = if limited.tool_result {
+        let mut result = serde_json::json!({
+            "content": [{ "type": "text", "text": limited.message() }],
+            "isError": true,
+            "_meta": { "io.gantry/rateLimit": limited.data() },
+        });
+        if let (true, Some(obj)) = (stateless, result.as_object_mut()) {
+            obj.insert(
+                "resultType".into(),
+                serde_json::json!(crate::mcp::results::COMPLETE),
+            );
+        }
+        Response::ok(r.id.clone(), crate::jsonrpc::to_raw(&result))
+    } else {
+        Response::err(
+            Some(r.id.clone()),
+            &RpcError::new(crate::limits::RATE_LIMITED, limited.message())
+                .with_data(limited.data()),
+        )
+    };
+    super::http::json_response(resp.to_json())
 }

@@ -59,6 +59,9 @@ pub enum FrontError {
     /// This client's session quota forbids a new session now: 429 with `Retry-After`.
     #[error("Too Many Requests: {0}")]
     Quota(#[from] crate::session::QuotaError),
+    /// A `[[limits.rules]]` rule refuses the request now: 429 with `Retry-After`.
+    #[error("Too Many Requests: {}", .0.message())]
+    RateLimited(crate::limits::Limited),
 }
 
 impl From<crate::session::SessionError> for FrontError {
@@ -100,7 +103,7 @@ impl FrontError {
             | Self::UnsupportedVersion(_) => StatusCode::BAD_REQUEST,
             Self::SessionNotFound | Self::StreamGone => StatusCode::NOT_FOUND,
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-            Self::Quota(_) => StatusCode::TOO_MANY_REQUESTS,
+            Self::Quota(_) | Self::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
         }
     }
 
@@ -133,6 +136,7 @@ impl FrontError {
             Self::Forbidden(_) | Self::Unauthorized(..) | Self::Unavailable(_) | Self::Quota(_) => {
                 code::SERVER_ERROR
             }
+            Self::RateLimited(_) => crate::limits::RATE_LIMITED,
         }
     }
 }
@@ -143,6 +147,9 @@ impl IntoResponse for FrontError {
         if let Self::Quota(q) = &self {
             let ms = u64::try_from(q.retry_after().as_millis()).unwrap_or(u64::MAX);
             err = err.with_data(serde_json::json!({ "retryAfterMs": ms }));
+        }
+        if let Self::RateLimited(l) = &self {
+            err = err.with_data(l.data());
         }
         let body = err.to_null_id_response();
         let mut resp = (
@@ -157,9 +164,14 @@ impl IntoResponse for FrontError {
             resp.headers_mut()
                 .insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
-        if let Self::Quota(q) = &self {
+        let retry = match &self {
+            Self::Quota(q) => Some(q.retry_after()),
+            Self::RateLimited(l) => Some(l.retry_after),
+            _ => None,
+        };
+        if let Some(wait) = retry {
             // Whole seconds, rounded up (RFC 9110 delay-seconds).
-            let secs = q.retry_after().as_secs() + u64::from(q.retry_after().subsec_nanos() > 0);
+            let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
             if let Ok(v) = HeaderValue::from_str(&secs.max(1).to_string()) {
                 resp.headers_mut().insert(header::RETRY_AFTER, v);
             }

@@ -79,8 +79,24 @@ pub(super) async fn message(
         Message::Request(r) => Some(r),
         _ => None,
     });
-    if let Err(e) = super::edge::step_up(&app, &principal, requests) {
+    let requests: Vec<&crate::jsonrpc::Request> = requests.collect();
+    if let Err(e) = super::edge::step_up(&app, &principal, requests.iter().copied()) {
         return e.into_response();
+    }
+    // The answers go on the SSE stream: a limited request refuses the POST (429).
+    if app.limits.is_some() {
+        let peer = super::edge::peer_ip(&parts.extensions);
+        let refuse = super::edge::Answer::Refuse;
+        if let Some(resp) = super::edge::rate_limit(
+            &app,
+            &principal,
+            peer,
+            &parts.headers,
+            requests.iter().copied(),
+            refuse,
+        ) {
+            return resp;
+        }
     }
     session.set_caller(&principal);
     for m in messages {

@@ -51,6 +51,8 @@ pub struct App {
     pub sessions: SessionStore,
     /// Who is calling (API keys, or everyone anonymous).
     pub auth: Authenticator,
+    /// `[[limits.rules]]`, if any.
+    pub limits: Option<Arc<crate::limits::Limits>>,
     /// HTTPS (`server.tls`), if configured.
     pub tls: Option<Arc<tls::Tls>>,
     /// `[[auth.rules]]`, if any.
@@ -123,6 +125,7 @@ impl App {
             ),
             auth,
             policy: crate::auth::policy::Policy::new(&cfg.auth.rules),
+            limits: crate::limits::Limits::new(&cfg.limits),
             tls: match &cfg.server.tls {
                 Some(t) => Some(tls::Tls::new(&t.cert, &t.key)?),
                 None => None,
@@ -133,6 +136,18 @@ impl App {
             stateless: dashmap::DashMap::new(),
             cfg,
         }))
+    }
+
+    /// The backend serving the tool or prompt a client names (one backend: it;
+    /// several: the name's prefix, when it is a backend's).
+    pub fn backend_of(&self, name: &str) -> Option<&str> {
+        match self.cfg.backends.as_slice() {
+            [only] => Some(only.name.as_str()),
+            all => {
+                let (prefix, _) = name.split_once(self.cfg.namespacing.separator.as_str())?;
+                all.iter().map(|b| b.name.as_str()).find(|b| *b == prefix)
+            }
+        }
     }
 
     /// `who` under `[[auth.rules]]` (`None` without rules: nothing to check).
@@ -226,6 +241,14 @@ async fn metrics(State(app): State<Arc<App>>) -> HttpResponse {
             Metrics::catch_up(
                 &m.jwks_fetches.with_label_values(&[issuer, "failed"]),
                 failed,
+            );
+        }
+    }
+    if let Some(l) = &app.limits {
+        for (rule, n) in &l.refused {
+            Metrics::catch_up(
+                &m.rate_limited.with_label_values(&[rule.as_str()]),
+                n.load(Ordering::Relaxed),
             );
         }
     }
@@ -441,6 +464,18 @@ pub async fn serve(
     );
     if let Some(t) = &app.tls {
         tokio::spawn(t.clone().watch(stop.clone()));
+    }
+    if let Some(l) = app.limits.clone() {
+        // Keys not seen for a while are forgotten (their buckets are full again).
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_secs(60)) => l.tidy(),
+                    _ = stop.cancelled() => return,
+                }
+            }
+        });
     }
     let conns = conn::accept(listener, routes, limits, app.tls.clone(), stop.clone()).await;
     reaper.abort();

@@ -3,6 +3,7 @@
 //! resumption, DELETE; `initialize` opens a session. Requests of the stateless era
 //! are handed to [`super::stateless`].
 
+use super::edge::Answer;
 use super::error::FrontError;
 use crate::auth::Principal;
 use crate::call::{CallCtx, Sink};
@@ -78,6 +79,7 @@ pub(super) async fn mcp(
 pub(super) async fn post(app: Arc<App>, principal: Principal, req: HttpRequest) -> HttpResponse {
     let (parts, body) = req.into_parts();
     let client = quota_key(&principal, &parts.extensions);
+    let peer = super::edge::peer_ip(&parts.extensions);
     let headers = parts.headers;
     let accepts = match negotiate(&headers) {
         Ok(a) => a,
@@ -93,11 +95,33 @@ pub(super) async fn post(app: Arc<App>, principal: Principal, req: HttpRequest) 
                 if let Err(e) = super::edge::step_up(&app, &principal, [r]) {
                     return e.into_response();
                 }
+                if let Some(resp) = super::edge::rate_limit(
+                    &app,
+                    &principal,
+                    peer,
+                    &headers,
+                    [r],
+                    Answer::Inline { stateless: true },
+                ) {
+                    return resp;
+                }
             }
             stateless::post(app, principal, &headers, m, accepts).await
         }
         Target::Initialize(r) => match check_version_header(&headers) {
-            Ok(()) => initialize(app, principal, client.as_deref(), r, accepts).await,
+            Ok(()) => {
+                if let Some(resp) = super::edge::rate_limit(
+                    &app,
+                    &principal,
+                    peer,
+                    &headers,
+                    [&r],
+                    Answer::Inline { stateless: false },
+                ) {
+                    return resp;
+                }
+                initialize(app, principal, client.as_deref(), r, accepts).await
+            }
             Err(e) => e.into_response(),
         },
         Target::Session(session, incoming) => {
@@ -115,8 +139,18 @@ pub(super) async fn post(app: Arc<App>, principal: Principal, req: HttpRequest) 
                     .collect(),
                 Incoming::Single(_) => Vec::new(),
             };
-            if let Err(e) = super::edge::step_up(&app, &principal, requests) {
+            if let Err(e) = super::edge::step_up(&app, &principal, requests.iter().copied()) {
                 return e.into_response();
+            }
+            if let Some(resp) = super::edge::rate_limit(
+                &app,
+                &principal,
+                peer,
+                &headers,
+                requests,
+                Answer::Inline { stateless: false },
+            ) {
+                return resp;
             }
             session.set_caller(&principal);
             match incoming {

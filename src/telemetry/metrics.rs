@@ -96,6 +96,8 @@ pub struct Metrics {
     pub jwks_fetches: IntCounterVec,
     /// Opaque tokens checked, by how (`cache`, `introspection`).
     pub introspections: IntCounterVec,
+    /// Requests refused by a rate-limit rule, by rule (configured names).
+    pub rate_limited: IntCounterVec,
     /// `requests` and `latency` per method label (`METHODS`, then `other`).
     by_method: Vec<MethodSeries>,
 }
@@ -194,6 +196,13 @@ impl Metrics {
             ),
             &["source"],
         )?;
+        let rate_limited = IntCounterVec::new(
+            Opts::new(
+                "rate_limited_total",
+                "Requests refused by a rate-limit rule, by rule",
+            ),
+            &["rule"],
+        )?;
         let by_method = METHODS
             .iter()
             .copied()
@@ -228,6 +237,7 @@ impl Metrics {
         registry.register(Box::new(auth_failures.clone()))?;
         registry.register(Box::new(jwks_fetches.clone()))?;
         registry.register(Box::new(introspections.clone()))?;
+        registry.register(Box::new(rate_limited.clone()))?;
         Ok(Self {
             registry,
             requests,
@@ -244,6 +254,7 @@ impl Metrics {
             auth_failures,
             jwks_fetches,
             introspections,
+            rate_limited,
             by_method,
         })
     }

@@ -4,11 +4,14 @@
 # that passes directly but not through Gantry is a regression (exit status 1).
 #
 #   tests/interop/run.sh [--target T[,T..]] [--client C[,C..]] [--backend stdio|http]
-#                        [--front direct,gantry,gantry-sse] [--scenarios S[,S..]]
+#                        [--front direct,gantry,gantry-sse] [--scenarios S[,S..]] [--no-oauth]
 #
 #   targets:  session-only dual-era stateless-only dual-era-py
 #   clients:  ts-v1/session ts-v2/session ts-v2/auto ts-v2/stateless
 #             py/session py/auto py/stateless   (or a prefix: ts-v2, py)
+#
+# After the matrix, the OAuth leg (oauth.sh: the SDK clients' own OAuth login and step-up,
+# directly and through Gantry; --no-oauth skips it; results in OUT/oauth).
 #
 # Environment: GANTRY_BIN (default target/debug/gantry; not built here),
 # INTEROP_OUT (results folder, default a new temporary one), INTEROP_CACHE (the Python
@@ -20,7 +23,7 @@ cd "$here"
 
 targets_all="session-only dual-era stateless-only dual-era-py"
 clients_all="ts-v1/session ts-v2/session ts-v2/auto ts-v2/stateless py/session py/auto py/stateless"
-targets=$targets_all clients=$clients_all backends="stdio http" fronts="direct gantry gantry-sse" scenarios=
+targets=$targets_all clients=$clients_all backends="stdio http" fronts="direct gantry gantry-sse" scenarios= oauth=1
 while [[ $# -gt 0 ]]; do
   case $1 in
     --target) targets=${2//,/ }; shift 2 ;;
@@ -28,7 +31,8 @@ while [[ $# -gt 0 ]]; do
     --backend) backends=${2//,/ }; shift 2 ;;
     --front) fronts=${2//,/ }; shift 2 ;;
     --scenarios) scenarios=$2; shift 2 ;;
-    -h|--help) sed -n '2,16p' "$here/run.sh"; exit 0 ;;
+    --no-oauth) oauth=0; shift ;;
+    -h|--help) sed -n '2,19p' "$here/run.sh"; exit 0 ;;
     *) echo "unknown option: $1" >&2; exit 2 ;;
   esac
 done
@@ -41,6 +45,7 @@ clients=$sel
 [[ -n ${clients// } ]] || { echo "no client selected" >&2; exit 2; }
 
 gantry=${GANTRY_BIN:-$root/target/debug/gantry}
+gantry_dir=$(dirname "$gantry")
 [[ -x $gantry ]] || { echo "no Gantry binary at $gantry (build it: cargo build --bins, or set GANTRY_BIN)" >&2; exit 2; }
 out=${INTEROP_OUT:-$(mktemp -d)}
 mkdir -p "$out/runs"
@@ -186,4 +191,12 @@ for target in $targets; do
 done
 elapsed=$(( $(date +%s) - start_time ))
 echo "=== $runs runs in ${elapsed}s; results in $out"
-python3 "$here/compare.py" "$out"
+status=0
+python3 "$here/compare.py" "$out" || status=1
+if [[ $oauth == 1 ]]; then
+  echo
+  # The same private Gantry copy; the example server from next to GANTRY_BIN.
+  GANTRY_BIN=$out/gantry GANTRY_EXAMPLE_BIN=$gantry_dir/gantry-example INTEROP_PY=$py INTEROP_OUT=$out/oauth \
+    bash "$here/oauth.sh" || status=1
+fi
+exit $status

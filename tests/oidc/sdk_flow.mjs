@@ -157,6 +157,7 @@ try {
     resource_requested: provider.resourcesRequested,
     client_id: provider.clientInformation()?.client_id ?? null,
     token_scope: provider.tokens()?.scope ?? null,
+    protocol_version: transport.protocolVersion ?? null,
   });
   await client.close().catch(() => {});
   process.exit(0);

@@ -1,0 +1,195 @@
+//! Rate limits (`[[limits.rules]]`) as clients meet them: a limited tool call gets
+//! `-32029` with `data.retryAfterMs` (or a tool result a model can read) and never
+//! reaches the backend; anything refused as a whole gets 429 with `Retry-After`; each
+//! key (principal, address behind a trusted proxy, tool) counts on its own; both eras.
+
+// Integration tests time real processes: wall-clock `std::time::Instant` is right here.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    clippy::disallowed_types
+)]
+
+mod common;
+
+use common::*;
+use serde_json::{json, Value};
+
+fn rule(body: &str) -> String {
+    format!("[[limits.rules]]\n{body}\n")
+}
+
+/// How many `tools/call` requests the backend received.
+fn calls_received(record: &std::path::Path) -> usize {
+    recorded(record)
+        .iter()
+        .filter(|m| m["method"] == "tools/call")
+        .count()
+}
+
+#[tokio::test]
+async fn a_principal_over_its_budget_is_told_when_to_retry_and_the_backend_never_sees_it() {
+    let dir = Scratch::new("limits");
+    let record = dir.0.join("received.jsonl");
+    let g = gantry()
+        .api_key("alice", "alice-key")
+        .api_key("bob", "bob-key")
+        .section(&rule(
+            "name = \"calls\"\nrate = \"2/m\"\nmethods = [\"tools/call\"]",
+        ))
+        .backend(python_fixture("mb", "misbehaving_server.py").record(&record))
+        .start();
+    let mut alice = g.bearer("alice-key");
+    alice.initialize().await;
+    for i in 0..2 {
+        let r = alice
+            .call_tool(json!(i), "echo", json!({"message": "ok"}))
+            .await;
+        assert_eq!(r["result"]["content"][0]["text"], "ok", "{r}");
+    }
+    let r = alice
+        .request(
+            json!(9),
+            "tools/call",
+            json!({"name": "echo", "arguments": {"message": "x"}}),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.raw);
+    let e = &r.response(&json!(9)).unwrap()["error"];
+    assert_eq!(e["code"], -32029, "{e}");
+    assert_eq!(e["data"]["rule"], "calls");
+    assert_eq!(e["data"]["limit"], "2/m");
+    let wait = e["data"]["retryAfterMs"].as_u64().unwrap();
+    assert!(wait > 0 && wait <= 30_000, "{e}");
+    assert!(e["message"].as_str().unwrap().contains("retry in"), "{e}");
+    assert_eq!(
+        calls_received(&record),
+        2,
+        "the limited call reached the backend"
+    );
+    // Other methods and other principals are not counted by it.
+    let r = alice.request(json!(10), "tools/list", json!({})).await;
+    assert!(r.response(&json!(10)).unwrap()["result"].is_object());
+    let mut bob = g.bearer("bob-key");
+    bob.initialize().await;
+    let r = bob
+        .call_tool(json!(1), "echo", json!({"message": "bob"}))
+        .await;
+    assert_eq!(r["result"]["content"][0]["text"], "bob", "{r}");
+}
+
+#[tokio::test]
+async fn a_rule_may_answer_with_a_tool_result_and_counts_per_tool() {
+    let g = gantry()
+        .section(&rule(
+            "name = \"per-tool\"\nrate = \"1/h\"\nkey = [\"principal\", \"tool\"]\ntools = [\"echo\", \"pid\"]\nanswer = \"tool_result\"",
+        ))
+        .backend(python_fixture("mb", "misbehaving_server.py"))
+        .start();
+    let mut c = g.client();
+    c.initialize().await;
+    assert_eq!(
+        c.call_tool(json!(1), "echo", json!({"message": "a"})).await["result"]["content"][0]
+            ["text"],
+        "a"
+    );
+    let r = c.call_tool(json!(2), "echo", json!({"message": "b"})).await;
+    assert_eq!(r["result"]["isError"], true, "{r}");
+    let text = r["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(
+        text.contains("Rate limited by rule `per-tool`") && text.contains("retry in"),
+        "{text}"
+    );
+    // Another tool has its own budget; a tool the rule does not name is not limited.
+    assert!(c.call_tool(json!(3), "pid", json!({})).await["result"]["content"].is_array());
+    for i in 4..7 {
+        let r = c.call_tool(json!(i), "env", json!({"name": "HOME"})).await;
+        assert!(
+            r["result"].get("isError").is_none() || r["result"]["isError"] == false,
+            "{r}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_initialize_flood_gets_429_before_a_session_is_made() {
+    let g = gantry()
+        .section(&rule(
+            "name = \"sessions\"\nrate = \"2/m\"\nkey = [\"ip\"]\nmethods = [\"initialize\"]",
+        ))
+        .backend(example())
+        .start();
+    for _ in 0..2 {
+        g.client().initialize().await;
+    }
+    let r = g
+        .client()
+        .post(&json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
+            "protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}))
+        .await;
+    assert_eq!(r.status, 429, "{}", r.raw);
+    let retry: u64 = r.headers["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((1..=30).contains(&retry), "{retry}");
+    assert!(r.headers.get("mcp-session-id").is_none());
+    let body: Value = serde_json::from_str(&r.raw).unwrap();
+    assert_eq!(body["error"]["code"], -32029, "{body}");
+    assert_eq!(body["error"]["data"]["rule"], "sessions", "{body}");
+}
+
+/// Behind a trusted proxy each `X-Forwarded-For` client has its own budget; from an
+/// untrusted peer the header is ignored (it cannot buy a fresh budget).
+#[tokio::test]
+async fn clients_behind_a_trusted_proxy_count_apart() {
+    let limits = |trusted: &str| {
+        format!(
+            "[limits]\ntrusted_proxies = [{trusted}]\n{}",
+            rule("name = \"by-ip\"\nrate = \"1/h\"\nkey = [\"ip\"]\nmethods = [\"tools/call\"]")
+        )
+    };
+    let from = |g: &Gantry, ip: &str| g.client_with("x-forwarded-for", ip);
+    let call = |c: Client| async move {
+        let mut c = c;
+        c.initialize().await;
+        let r = c.call_tool(json!(1), "echo", json!({"message": "m"})).await;
+        r["error"]["code"].as_i64().unwrap_or(0)
+    };
+    let trusted = gantry()
+        .section(&limits("\"127.0.0.1\""))
+        .backend(example())
+        .start();
+    assert_eq!(call(from(&trusted, "198.51.100.1")).await, 0);
+    assert_eq!(call(from(&trusted, "198.51.100.2")).await, 0);
+    assert_eq!(call(from(&trusted, "198.51.100.1")).await, -32029);
+    let untrusted = gantry().section(&limits("")).backend(example()).start();
+    assert_eq!(call(from(&untrusted, "198.51.100.1")).await, 0);
+    assert_eq!(call(from(&untrusted, "198.51.100.2")).await, -32029);
+}
+
+/// The 2026-07-28 era: the same rule, the same answer.
+#[tokio::test]
+async fn the_stateless_era_is_limited_alike() {
+    let g = gantry()
+        .section(&rule(
+            "name = \"calls\"\nrate = \"1/h\"\nmethods = [\"tools/call\"]",
+        ))
+        .backend(example())
+        .start();
+    let c = Stateless::new(&g);
+    let first = c
+        .call(json!(1), "echo", json!({"message": "s"}), json!({}))
+        .await;
+    assert!(
+        first.response(&json!(1)).unwrap()["result"].is_object(),
+        "{}",
+        first.raw
+    );
+    let second = c
+        .call(json!(2), "echo", json!({"message": "s"}), json!({}))
+        .await;
+    assert_eq!(second.status, 200, "{}", second.raw);
+    let e = &second.response(&json!(2)).unwrap()["error"];
+    assert_eq!(e["code"], -32029, "{e}");
+    assert!(e["data"]["retryAfterMs"].as_u64().unwrap() > 0);
+}
