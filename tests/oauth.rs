@@ -15,7 +15,7 @@
 
 mod common;
 
-use common::oidc::{now, Provider};
+use common::oidc::{jwt_claims, now, Provider};
 use common::*;
 use serde_json::{json, Value};
 
@@ -625,17 +625,7 @@ async fn an_http_backend_gets_gantrys_own_token_renewed_before_expiry() {
         !first.is_empty() && first.len() == recorded(&seen).len(),
         "every request carries it"
     );
-    let claims = |t: &str| -> Value {
-        use base64::Engine as _;
-        let p = t.split('.').nth(1).unwrap();
-        serde_json::from_slice(
-            &base64::engine::general_purpose::URL_SAFE_NO_PAD
-                .decode(p)
-                .unwrap(),
-        )
-        .unwrap()
-    };
-    let c0 = claims(&first[0]);
+    let c0 = jwt_claims(&first[0]);
     assert_eq!(c0["aud"], backend.url.as_str(), "{c0}");
     assert_eq!(c0["sub"], minter["client_id"], "{c0}");
     // Past its lifetime (3s, renewed with a fifth left): a new token.
@@ -643,7 +633,7 @@ async fn an_http_backend_gets_gantrys_own_token_renewed_before_expiry() {
     assert_eq!(call(3).await["result"]["content"][0]["text"], "x");
     let last = tokens().pop().unwrap();
     assert_ne!(last, first[0], "the token was not renewed");
-    assert!(claims(&last)["exp"].as_u64().unwrap() > now());
+    assert!(jwt_claims(&last)["exp"].as_u64().unwrap() > now());
 }
 
 /// `stdio.principal_env`: each principal's own `per-user` process is told whose it
@@ -716,16 +706,6 @@ async fn a_per_user_backend_gets_a_token_exchanged_for_its_user() {
         )
         .start();
     idp.add_resource(&g.url, "jwt").await;
-    let claims = |t: &str| -> Value {
-        use base64::Engine as _;
-        let p = t.split('.').nth(1).unwrap();
-        serde_json::from_slice(
-            &base64::engine::general_purpose::URL_SAFE_NO_PAD
-                .decode(p)
-                .unwrap(),
-        )
-        .unwrap()
-    };
     let mut seen_subjects = Vec::new();
     for user in ["alice", "bob"] {
         let own = idp.sign(&g.url, json!({"sub": user, "scope": "mcp:read mcp:write"}));
@@ -742,7 +722,7 @@ async fn a_per_user_backend_gets_a_token_exchanged_for_its_user() {
             .unwrap_or_else(|| panic!("no token: {last}"))
             .to_owned();
         assert_ne!(token, own, "the user's own token reached the backend");
-        let c = claims(&token);
+        let c = jwt_claims(&token);
         assert_eq!(c["sub"], user, "{c}");
         assert_eq!(c["aud"], backend.url.as_str(), "{c}");
         assert_eq!(c["scope"], "mcp:read", "{c}");

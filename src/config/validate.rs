@@ -238,15 +238,11 @@ impl ConfigFile {
                                 "{okey}.grant: `{other}` is not client_credentials or token_exchange"
                             )),
                         }
-                        if !matches!(
-                            o.auth_method.as_str(),
-                            "client_secret_basic" | "client_secret_post"
-                        ) {
-                            problems.push(format!(
-                                "{okey}.auth_method: `{}` is not client_secret_basic or client_secret_post",
-                                o.auth_method
-                            ));
-                        }
+                        super::validate_oauth::check_client_auth(
+                            &okey,
+                            &o.auth_method,
+                            &mut problems,
+                        );
                     }
                 }
             }

@@ -41,6 +41,15 @@ fn url_problem(key: &str, value: &str) -> Option<String> {
     None
 }
 
+/// How a confidential client authenticates: `client_secret_basic` or `_post`.
+pub(super) fn check_client_auth(key: &str, method: &str, problems: &mut Vec<String>) {
+    if !matches!(method, "client_secret_basic" | "client_secret_post") {
+        problems.push(format!(
+            "{key}.auth_method: `{method}` is not client_secret_basic or client_secret_post"
+        ));
+    }
+}
+
 /// Checks `server.public_url` and `[auth.oauth]`.
 pub(super) fn check(
     server: &mut ServerConfig,
@@ -122,15 +131,7 @@ pub(super) fn check(
             if intro.client_id.is_empty() {
                 problems.push(format!("{key}.client_id: is empty"));
             }
-            if !matches!(
-                intro.auth_method.as_str(),
-                "client_secret_basic" | "client_secret_post"
-            ) {
-                problems.push(format!(
-                    "{key}.auth_method: `{}` is not client_secret_basic or client_secret_post",
-                    intro.auth_method
-                ));
-            }
+            check_client_auth(&key, &intro.auth_method, problems);
         }
         if !seen.insert(iss.issuer.clone()) {
             problems.push(format!("{key}.issuer: `{}` is listed twice", iss.issuer));

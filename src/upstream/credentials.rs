@@ -133,21 +133,19 @@ impl ClientCredentials {
                 form.push((k, v));
             }
         }
-        let mut req = self
+        let req = self
             .http
             .post(&c.token_url)
             .header(reqwest::header::ACCEPT, "application/json")
             .timeout(TOKEN_TIMEOUT);
-        if c.auth_method == "client_secret_post" {
-            form.push(("client_id", &c.client_id));
-            form.push(("client_secret", &c.client_secret));
-        } else {
-            req = req.basic_auth(
-                crate::auth::oauth::form_encode(&c.client_id),
-                Some(crate::auth::oauth::form_encode(&c.client_secret)),
-            );
-        }
-        let resp = req.form(&form).send().await.map_err(|e| {
+        let req = crate::auth::oauth::client_request(
+            req,
+            form,
+            &c.client_id,
+            &c.client_secret,
+            &c.auth_method,
+        );
+        let resp = req.send().await.map_err(|e| {
             format!(
                 "token endpoint {}: {}",
                 c.token_url,

@@ -3,7 +3,6 @@
 //! (JWKS, fetched at start, fetched again for a key it lacks at most once per
 //! `jwks_refetch_interval`).
 
-use super::form_encode;
 use super::OAuthError;
 use crate::telemetry::error_chain;
 use jsonwebtoken::jwk::{Jwk, JwkSet};
@@ -224,23 +223,20 @@ impl Issuer {
                 })?
             }
         };
-        let mut form = vec![("token", token), ("token_type_hint", "access_token")];
-        let mut req = self
+        let form = vec![("token", token), ("token_type_hint", "access_token")];
+        let req = self
             .http
             .post(&endpoint)
             .header(reqwest::header::ACCEPT, "application/json")
             .timeout(FETCH_TIMEOUT);
-        if client.auth_method == "client_secret_post" {
-            form.push(("client_id", &client.client_id));
-            form.push(("client_secret", &client.client_secret));
-        } else {
-            req = req.basic_auth(
-                form_encode(&client.client_id),
-                Some(form_encode(&client.client_secret)),
-            );
-        }
+        let req = super::client_request(
+            req,
+            form,
+            &client.client_id,
+            &client.client_secret,
+            &client.auth_method,
+        );
         let resp = req
-            .form(&form)
             .send()
             .await
             .map_err(|e| OAuthError::Unavailable(format!("{endpoint}: {}", error_chain(&e))))?;

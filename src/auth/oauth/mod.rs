@@ -450,6 +450,26 @@ fn description_safe(s: &str) -> String {
         .collect()
 }
 
+/// A confidential client's request to a token or introspection endpoint: its
+/// credentials in HTTP Basic (`client_secret_basic`) or in the form
+/// (`client_secret_post`), then the form sent.
+pub fn client_request<'a>(
+    req: reqwest::RequestBuilder,
+    mut form: Vec<(&'a str, &'a str)>,
+    client_id: &'a str,
+    client_secret: &'a str,
+    auth_method: &str,
+) -> reqwest::RequestBuilder {
+    if auth_method == "client_secret_post" {
+        form.push(("client_id", client_id));
+        form.push(("client_secret", client_secret));
+        req.form(&form)
+    } else {
+        req.basic_auth(form_encode(client_id), Some(form_encode(client_secret)))
+            .form(&form)
+    }
+}
+
 /// RFC 6749 §2.3.1: client credentials in HTTP Basic are form-encoded first.
 pub fn form_encode(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
