@@ -193,3 +193,90 @@ async fn the_stateless_era_is_limited_alike() {
     assert_eq!(e["code"], -32029, "{e}");
     assert!(e["data"]["retryAfterMs"].as_u64().unwrap() > 0);
 }
+
+/// `[[limits.concurrency]]`: one `slow` call at a time across sessions; the next
+/// waits its turn, one more than the queue holds is refused at once, and a call that
+/// cannot get a place within `queue_timeout` is refused then.
+#[tokio::test]
+async fn calls_beyond_the_concurrency_limit_queue_then_are_refused() {
+    let g = gantry()
+        .section(
+            "[[limits.concurrency]]\nname = \"one-slow\"\nkey = [\"tool\"]\nmax = 1\nqueue = 1\nqueue_timeout = \"5s\"\ntools = [\"slow\"]\n",
+        )
+        .backend(example())
+        .start();
+    let mut sessions = Vec::new();
+    for _ in 0..3 {
+        let mut c = g.client();
+        c.initialize().await;
+        sessions.push(c);
+    }
+    let started = std::time::Instant::now();
+    let slow = |c: Client, id: i64| async move {
+        let r = c.call_tool(json!(id), "slow", json!({"ms": 1500})).await;
+        (r, started.elapsed())
+    };
+    let first = tokio::spawn(slow(sessions[0].clone(), 1));
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let second = tokio::spawn(slow(sessions[1].clone(), 2));
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let (third, at) = slow(sessions[2].clone(), 3).await;
+    assert_eq!(third["error"]["code"], -32029, "{third}");
+    assert!(
+        third["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("queue is full"),
+        "{third}"
+    );
+    let (a, at_a) = first.await.unwrap();
+    assert!(
+        at < at_a,
+        "refused at once, while the first still ran: {at:?} {at_a:?}"
+    );
+    let (b, at_b) = second.await.unwrap();
+    assert_eq!(a["result"]["content"][0]["text"], "done", "{a}");
+    assert_eq!(b["result"]["content"][0]["text"], "done", "{b}");
+    assert!(
+        at_b >= at_a + std::time::Duration::from_millis(1000),
+        "the second waited its turn: {at_a:?} {at_b:?}"
+    );
+    // Another tool is not limited.
+    assert_eq!(
+        sessions[2]
+            .call_tool(json!(4), "echo", json!({"message": "e"}))
+            .await["result"]["content"][0]["text"],
+        "e"
+    );
+}
+
+#[tokio::test]
+async fn a_call_that_cannot_get_a_place_in_time_is_refused() {
+    let g = gantry()
+        .section("[[limits.concurrency]]\nname = \"backend\"\nmax = 1\nqueue_timeout = \"500ms\"\n")
+        .backend(example())
+        .start();
+    let mut a = g.client();
+    a.initialize().await;
+    let mut b = g.client();
+    b.initialize().await;
+    let busy =
+        tokio::spawn(async move { a.call_tool(json!(1), "slow", json!({"ms": 2500})).await });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let t = std::time::Instant::now();
+    let r = b.call_tool(json!(2), "echo", json!({"message": "x"})).await;
+    assert_eq!(r["error"]["code"], -32029, "{r}");
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no place within 500ms"),
+        "{r}"
+    );
+    assert!(
+        t.elapsed() >= std::time::Duration::from_millis(450),
+        "{:?}",
+        t.elapsed()
+    );
+    assert_eq!(busy.await.unwrap()["result"]["content"][0]["text"], "done");
+}

@@ -33,6 +33,8 @@ pub struct ConfigFile {
 pub struct LimitsConfig {
     /// Ordered rules; a request must pass every rule that covers it.
     pub rules: Vec<LimitRuleConfig>,
+    /// Calls in progress at once (`[[limits.concurrency]]`).
+    pub concurrency: Vec<ConcurrencyConfig>,
     /// Proxies (addresses or CIDR blocks) whose `X-Forwarded-For` names the client:
     /// the client's address is then the right-most one in it not in this list.
     /// Default: none (the connection's address is the client's).
@@ -67,6 +69,41 @@ pub struct LimitRuleConfig {
     /// result with `isError: true` a model can read (`tool_result`).
     #[serde(default = "default_limit_answer")]
     pub answer: String,
+}
+
+/// At most `max` calls in progress at once per key; more wait in a bounded queue.
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct ConcurrencyConfig {
+    /// Names the limit in answers: 1-64 of `A-Z a-z 0-9 _ - .`.
+    pub name: String,
+    /// What is counted separately: `principal`, `tool`, `backend`, `global` (or a
+    /// list). Default `["backend"]`.
+    #[serde(default = "default_concurrency_key")]
+    pub key: Vec<String>,
+    /// Calls in progress at once.
+    pub max: u32,
+    /// Calls that may wait for a place; one more is refused at once. Default 64.
+    #[serde(default = "default_concurrency_queue")]
+    pub queue: u32,
+    /// A call waits at most this long for a place, then is refused. Default `10s`.
+    #[serde(default = "default_queue_timeout", with = "humantime_serde")]
+    pub queue_timeout: Duration,
+    /// Covers calls of these tools only (globs over the names clients see).
+    #[serde(default)]
+    pub tools: Vec<String>,
+}
+
+fn default_concurrency_key() -> Vec<String> {
+    vec!["backend".into()]
+}
+
+fn default_concurrency_queue() -> u32 {
+    64
+}
+
+fn default_queue_timeout() -> Duration {
+    Duration::from_secs(10)
 }
 
 fn default_limit_key() -> Vec<String> {

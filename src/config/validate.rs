@@ -421,6 +421,37 @@ fn validate_limits(limits: &crate::config::LimitsConfig, problems: &mut Vec<Stri
             ));
         }
     }
+    for (i, c) in limits.concurrency.iter().enumerate() {
+        let key = format!("limits.concurrency[{i}]");
+        let ok_name = !c.name.is_empty()
+            && c.name.len() <= 64
+            && c.name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b));
+        if !ok_name {
+            problems.push(format!(
+                "{key}.name: `{}` must be 1-64 characters of A-Z a-z 0-9 _ - .",
+                c.name.escape_debug()
+            ));
+        } else if !names.insert(c.name.clone()) {
+            problems.push(format!("{key}.name: `{}` is used twice", c.name));
+        }
+        if c.max == 0 {
+            problems.push(format!("{key}.max: must be at least 1"));
+        }
+        for k in &c.key {
+            if !["principal", "tool", "backend", "global"].contains(&k.as_str()) {
+                problems.push(format!(
+                    "{key}.key: `{k}` is not principal, tool, backend or global"
+                ));
+            }
+        }
+        if c.key.is_empty() {
+            problems.push(format!(
+                "{key}.key: name what is counted (e.g. [\"backend\"])"
+            ));
+        }
+    }
     for (i, p) in limits.trusted_proxies.iter().enumerate() {
         if crate::limits::Cidr::parse(p).is_none() {
             problems.push(format!(

@@ -393,6 +393,41 @@ pub(crate) async fn run_tracked_as(
     };
     let method = metrics::method_label(&req.method);
     let started = tokio::time::Instant::now();
+    // A place under `[[limits.concurrency]]`, held for the call.
+    let _places = match &app.limits {
+        Some(limits) if req.method == "tools/call" => {
+            let name = crate::jsonrpc::string_field(req.params.as_deref(), "name");
+            let principal = ctx.client.access.as_ref().map_or_else(
+                || session.principal.clone(),
+                |a| a.caller.as_str().to_owned(),
+            );
+            let ask = crate::limits::Ask {
+                principal: &principal,
+                ip: None,
+                method: &req.method,
+                name: name.as_deref(),
+                backend: name.as_deref().and_then(|n| app.backend_of(n)),
+            };
+            match limits.acquire(&ask, &ctx.cancel).await {
+                Ok(Some(p)) => Some(p),
+                Ok(None) => return None,
+                Err(busy) => {
+                    tracing::info!(method = %req.method, rule = %busy.rule, "no place for the call");
+                    app.metrics.observe_request(
+                        method,
+                        metrics::Outcome::Failed(crate::fault::Fault::Gateway),
+                        started.elapsed(),
+                    );
+                    return Some(Response::err(
+                        Some(req.id),
+                        &RpcError::new(crate::limits::RATE_LIMITED, busy.message())
+                            .with_data(busy.data()),
+                    ));
+                }
+            }
+        }
+        _ => None,
+    };
     let (resp, outcome) = app.router.dispatch(route, req, ctx).await;
     app.metrics
         .observe_request(method, outcome, started.elapsed());

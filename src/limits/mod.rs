@@ -6,8 +6,10 @@
 //! `Retry-After` for anything refused as a whole.
 
 mod cidr;
+mod concurrency;
 
 pub use cidr::Cidr;
+pub use concurrency::{Busy, Permits};
 
 use crate::auth::policy::glob;
 use crate::config::{parse_rate, LimitRuleConfig, LimitsConfig};
@@ -25,7 +27,7 @@ pub const RATE_LIMITED: i64 = -32029;
 const MAX_KEYS: usize = 100_000;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Part {
+pub(crate) enum Part {
     Principal,
     Ip,
     Tool,
@@ -101,28 +103,49 @@ impl Limited {
 /// The configured rules.
 pub struct Limits {
     rules: Vec<Rule>,
+    concurrency: Vec<concurrency::Rule>,
     trusted: Vec<Cidr>,
     /// Requests refused, by rule (metrics).
     pub refused: Vec<(String, std::sync::atomic::AtomicU64)>,
+}
+
+impl Part {
+    fn parse(k: &str) -> Option<Self> {
+        Some(match k {
+            "principal" => Self::Principal,
+            "ip" => Self::Ip,
+            "tool" => Self::Tool,
+            "backend" => Self::Backend,
+            "method" => Self::Method,
+            "global" => Self::Global,
+            _ => return None,
+        })
+    }
+}
+
+/// The key a request is counted under, of these parts.
+fn key_of(parts: &[Part], a: &Ask<'_>) -> String {
+    let mut k = String::new();
+    for p in parts {
+        let v = match p {
+            Part::Principal => a.principal.to_owned(),
+            Part::Ip => a.ip.map(|i| i.to_string()).unwrap_or_default(),
+            Part::Tool => a.name.unwrap_or("").to_owned(),
+            Part::Backend => a.backend.unwrap_or("").to_owned(),
+            Part::Method => a.method.to_owned(),
+            Part::Global => String::new(),
+        };
+        k.push_str(&v);
+        k.push('\u{1f}');
+    }
+    k
 }
 
 fn rule(cfg: &LimitRuleConfig) -> Option<Rule> {
     let (n, period) = parse_rate(&cfg.rate)?;
     let burst = NonZeroU32::new(cfg.burst.unwrap_or(n))?;
     let quota = Quota::with_period(period / n)?.allow_burst(burst);
-    let parts = cfg
-        .key
-        .iter()
-        .filter_map(|k| match k.as_str() {
-            "principal" => Some(Part::Principal),
-            "ip" => Some(Part::Ip),
-            "tool" => Some(Part::Tool),
-            "backend" => Some(Part::Backend),
-            "method" => Some(Part::Method),
-            "global" => Some(Part::Global),
-            _ => None,
-        })
-        .collect();
+    let parts = cfg.key.iter().filter_map(|k| Part::parse(k)).collect();
     Some(Rule {
         name: cfg.name.clone(),
         parts,
@@ -151,27 +174,14 @@ impl Rule {
 
     /// The key this request is counted under.
     fn key(&self, a: &Ask<'_>) -> String {
-        let mut k = String::new();
-        for p in &self.parts {
-            let v = match p {
-                Part::Principal => a.principal.to_owned(),
-                Part::Ip => a.ip.map(|i| i.to_string()).unwrap_or_default(),
-                Part::Tool => a.name.unwrap_or("").to_owned(),
-                Part::Backend => a.backend.unwrap_or("").to_owned(),
-                Part::Method => a.method.to_owned(),
-                Part::Global => String::new(),
-            };
-            k.push_str(&v);
-            k.push('\u{1f}');
-        }
-        k
+        key_of(&self.parts, a)
     }
 }
 
 impl Limits {
     /// The rules of a validated config; `None` when there are none.
     pub fn new(cfg: &LimitsConfig) -> Option<Arc<Self>> {
-        if cfg.rules.is_empty() {
+        if cfg.rules.is_empty() && cfg.concurrency.is_empty() {
             return None;
         }
         let rules: Vec<Rule> = cfg.rules.iter().filter_map(rule).collect();
@@ -181,6 +191,7 @@ impl Limits {
                 .map(|r| (r.name.clone(), Default::default()))
                 .collect(),
             rules,
+            concurrency: cfg.concurrency.iter().map(concurrency::rule).collect(),
             trusted: cfg
                 .trusted_proxies
                 .iter()
@@ -242,6 +253,17 @@ impl Limits {
         for r in &self.rules {
             r.limiter.retain_recent();
         }
+        concurrency::tidy(&self.concurrency);
+    }
+
+    /// A place for a call under every `[[limits.concurrency]]` rule covering it,
+    /// held until the returned permits drop; `Ok(None)`: cancelled while waiting.
+    pub async fn acquire(
+        &self,
+        a: &Ask<'_>,
+        cancel: &tokio_util::sync::CancellationToken,
+    ) -> Result<Option<Permits>, Busy> {
+        concurrency::acquire(&self.concurrency, a, cancel).await
     }
 }
 
