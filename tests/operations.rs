@@ -561,4 +561,49 @@ async fn request_outcomes_say_whose_fault_a_failure_is() {
     assert_eq!(count("client_error").await, 1.0);
     assert_eq!(count("backend_error").await, 1.0);
     assert_eq!(count("gateway_error").await, 1.0);
+    // Per tool: each real tool by its backend; a name no backend has is `other`.
+    let tool = |backend: &'static str, tool: &'static str, outcome: &'static str| {
+        let g = &g;
+        async move {
+            metric(
+                g,
+                &format!("gantry_tool_calls_total{{backend=\"{backend}\",outcome=\"{outcome}\",tool=\"{tool}\"}}"),
+            )
+            .await
+            .unwrap_or(0.0)
+        }
+    };
+    assert_eq!(tool("ex", "ex__echo", "ok").await, 1.0);
+    assert_eq!(tool("ex", "ex__echo", "gateway_error").await, 1.0);
+    assert_eq!(tool("ex", "ex__slow", "ok").await, 1.0);
+    assert_eq!(tool("ex", "ex__no_such_tool", "error").await, 1.0);
+    assert_eq!(
+        tool("other", "other", "client_error").await,
+        1.0,
+        "unknown names collapse"
+    );
+    assert_eq!(
+        tool("mb", "other", "backend_error").await,
+        1.0,
+        "a crash is no answer"
+    );
+    assert_eq!(
+        metric(
+            &g,
+            "gantry_tool_call_duration_seconds_count{backend=\"ex\",tool=\"ex__slow\"}"
+        )
+        .await,
+        Some(1.0)
+    );
+    assert_eq!(
+        metric(
+            &g,
+            &format!(
+                "gantry_build_info{{version=\"{}\"}}",
+                env!("CARGO_PKG_VERSION")
+            )
+        )
+        .await,
+        Some(1.0)
+    );
 }

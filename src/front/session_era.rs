@@ -428,9 +428,16 @@ pub(crate) async fn run_tracked_as(
         }
         _ => None,
     };
+    let tool = (req.method == "tools/call")
+        .then(|| crate::jsonrpc::string_field(req.params.as_deref(), "name"))
+        .flatten();
     let (resp, outcome) = app.router.dispatch(route, req, ctx).await;
     app.metrics
         .observe_request(method, outcome, started.elapsed());
+    if let Some(t) = &tool {
+        app.metrics
+            .observe_tool(app.backend_of(t), t, outcome, started.elapsed());
+    }
     resp
 }
 

@@ -35,6 +35,9 @@ pub fn method_label(method: &str) -> &'static str {
         .unwrap_or("other")
 }
 
+/// Distinct tool names that get their own label value; the rest are `other`.
+const MAX_TOOL_LABELS: usize = 1000;
+
 /// How a client request ended, as counted in `requests_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
@@ -98,6 +101,12 @@ pub struct Metrics {
     pub introspections: IntCounterVec,
     /// Requests refused by a rate-limit rule, by rule (configured names).
     pub rate_limited: IntCounterVec,
+    /// Tool calls answered, by backend, tool and outcome.
+    tool_calls: IntCounterVec,
+    /// Time to answer a tool call, by backend and tool.
+    tool_latency: HistogramVec,
+    /// Tool label values in use (bounded: beyond `MAX_TOOL_LABELS`, `other`).
+    tool_labels: parking_lot::Mutex<std::collections::HashSet<String>>,
     /// `requests` and `latency` per method label (`METHODS`, then `other`).
     by_method: Vec<MethodSeries>,
 }
@@ -203,6 +212,29 @@ impl Metrics {
             ),
             &["rule"],
         )?;
+        let tool_calls = IntCounterVec::new(
+            Opts::new(
+                "tool_calls_total",
+                "Tool calls answered, by backend, tool (as clients name it) and outcome",
+            ),
+            &["backend", "tool", "outcome"],
+        )?;
+        let tool_latency = HistogramVec::new(
+            HistogramOpts::new("tool_call_duration_seconds", "Time to answer a tool call").buckets(
+                vec![
+                    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+                    60.0, 300.0,
+                ],
+            ),
+            &["backend", "tool"],
+        )?;
+        let build_info = IntGaugeVec::new(
+            Opts::new("build_info", "Gantry's version (the value is always 1)"),
+            &["version"],
+        )?;
+        build_info
+            .with_label_values(&[env!("CARGO_PKG_VERSION")])
+            .set(1);
         let by_method = METHODS
             .iter()
             .copied()
@@ -238,6 +270,9 @@ impl Metrics {
         registry.register(Box::new(jwks_fetches.clone()))?;
         registry.register(Box::new(introspections.clone()))?;
         registry.register(Box::new(rate_limited.clone()))?;
+        registry.register(Box::new(tool_calls.clone()))?;
+        registry.register(Box::new(tool_latency.clone()))?;
+        registry.register(Box::new(build_info))?;
         Ok(Self {
             registry,
             requests,
@@ -255,6 +290,9 @@ impl Metrics {
             jwks_fetches,
             introspections,
             rate_limited,
+            tool_calls,
+            tool_latency,
+            tool_labels: parking_lot::Mutex::new(std::collections::HashSet::new()),
             by_method,
         })
     }
@@ -279,6 +317,45 @@ impl Metrics {
             Outcome::Cancelled => series.cancelled.inc(),
         }
         series.latency.observe(elapsed.as_secs_f64());
+    }
+
+    /// Counts one answered tool call. Only a tool some backend answered for gets its
+    /// own label (an unknown name a client sends is `other`), at most
+    /// `MAX_TOOL_LABELS` of them.
+    pub fn observe_tool(
+        &self,
+        backend: Option<&str>,
+        tool: &str,
+        outcome: Outcome,
+        elapsed: std::time::Duration,
+    ) {
+        let answered = matches!(outcome, Outcome::Ok | Outcome::Error);
+        let tool = {
+            let mut known = self.tool_labels.lock();
+            if answered && (known.contains(tool) || known.len() < MAX_TOOL_LABELS) {
+                known.insert(tool.to_owned());
+                tool
+            } else if known.contains(tool) {
+                tool
+            } else {
+                "other"
+            }
+        };
+        let backend = backend.unwrap_or("other");
+        let outcome = match outcome {
+            Outcome::Ok => "ok",
+            Outcome::Error => "error",
+            Outcome::Failed(crate::fault::Fault::Client) => "client_error",
+            Outcome::Failed(crate::fault::Fault::Gateway) => "gateway_error",
+            Outcome::Failed(crate::fault::Fault::Backend) => "backend_error",
+            Outcome::Cancelled => "cancelled",
+        };
+        self.tool_calls
+            .with_label_values(&[backend, tool, outcome])
+            .inc();
+        self.tool_latency
+            .with_label_values(&[backend, tool])
+            .observe(elapsed.as_secs_f64());
     }
 
     /// Raises a counter to `value` (counters kept as atomics elsewhere).
