@@ -52,24 +52,64 @@ fn server_state(eras: Eras) -> anyhow::Result<Arc<ServerState>> {
 pub async fn serve_stdio(eras: Eras) -> anyhow::Result<()> {
     let server = ExampleServer::new(server_state(eras)?, None);
     let stdout = tokio::io::stdout();
-    let service = match (eras, record::Recorder::from_env("MB_RECORD")?) {
-        (Eras::SessionOnly, rec) => {
-            let stdin: Box<dyn tokio::io::AsyncRead + Send + Unpin> = match rec {
-                Some(r) => Box::new(record::tee_stdin(r)),
-                None => Box::new(tokio::io::stdin()),
-            };
+    // The client closing stdin ends the server, also while a `subscriptions/listen`
+    // stream (which the SDK waits for) is open.
+    let eof = CancellationToken::new();
+    let stdin: Box<dyn tokio::io::AsyncRead + Send + Unpin> =
+        match record::Recorder::from_env("MB_RECORD")? {
+            Some(r) => Box::new(EofSignal::new(record::tee_stdin(r), eof.clone())),
+            None => Box::new(EofSignal::new(tokio::io::stdin(), eof.clone())),
+        };
+    let service = match eras {
+        Eras::SessionOnly => {
             server
                 .serve(SessionEraOnly::new(AsyncRwTransport::new_server(
                     stdin, stdout,
                 )))
                 .await
         }
-        (_, Some(r)) => server.serve((record::tee_stdin(r), stdout)).await,
-        (_, None) => server.serve((tokio::io::stdin(), stdout)).await,
+        _ => server.serve((stdin, stdout)).await,
     }
     .context("MCP initialization over stdio failed")?;
-    service.waiting().await.context("stdio service failed")?;
+    tokio::select! {
+        r = service.waiting() => {
+            r.context("stdio service failed")?;
+        }
+        () = eof.cancelled() => {
+            // What is being answered gets a moment to be written.
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    }
     Ok(())
+}
+
+/// A reader that cancels a token when it reaches the end of its input.
+struct EofSignal<R> {
+    inner: R,
+    eof: CancellationToken,
+}
+
+impl<R> EofSignal<R> {
+    fn new(inner: R, eof: CancellationToken) -> Self {
+        Self { inner, eof }
+    }
+}
+
+impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for EofSignal<R> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let r = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        if let std::task::Poll::Ready(Ok(())) = &r {
+            if buf.filled().len() == before && buf.remaining() > 0 {
+                self.eof.cancel();
+            }
+        }
+        r
+    }
 }
 
 /// `Host` values accepted by the DNS-rebinding protection.
