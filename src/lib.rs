@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 pub mod auth;
+pub mod bounded;
 pub mod call;
 pub mod config;
 pub mod fault;

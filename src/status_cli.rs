@@ -10,6 +10,8 @@ use std::time::Duration;
 
 /// How long one request may take.
 const TIMEOUT: Duration = Duration::from_secs(10);
+/// Largest `/status` or `/readyz` answer read.
+const MAX_STATUS_BYTES: usize = 4 * 1024 * 1024;
 
 /// Why the status could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -77,9 +79,15 @@ async fn get_json(
             hint,
         });
     }
-    resp.json().await.map_err(|e| StatusError::NotGantry {
+    let body = crate::bounded::read_bounded(resp, MAX_STATUS_BYTES)
+        .await
+        .map_err(|reason| StatusError::NotGantry {
+            url: shown.clone(),
+            reason,
+        })?;
+    serde_json::from_slice(&body).map_err(|e| StatusError::NotGantry {
         url: shown,
-        reason: crate::telemetry::error_chain(&e.without_url()),
+        reason: e.to_string(),
     })
 }
 

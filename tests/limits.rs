@@ -216,10 +216,11 @@ async fn calls_beyond_the_concurrency_limit_queue_then_are_refused() {
         let r = c.call_tool(json!(id), "slow", json!({"ms": 1500})).await;
         (r, started.elapsed())
     };
+    // Each call is in Gantry's hands (running or queued) before the next is sent.
     let first = tokio::spawn(slow(sessions[0].clone(), 1));
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(metric_until(&g, "gantry_calls_in_flight", |n| n == 1.0).await);
     let second = tokio::spawn(slow(sessions[1].clone(), 2));
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(metric_until(&g, "gantry_calls_in_flight", |n| n == 2.0).await);
     let (third, at) = slow(sessions[2].clone(), 3).await;
     assert_eq!(third["error"]["code"], -32029, "{third}");
     assert!(
@@ -262,7 +263,7 @@ async fn a_call_that_cannot_get_a_place_in_time_is_refused() {
     b.initialize().await;
     let busy =
         tokio::spawn(async move { a.call_tool(json!(1), "slow", json!({"ms": 2500})).await });
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(metric_until(&g, "gantry_calls_in_flight", |n| n == 1.0).await);
     let t = std::time::Instant::now();
     let r = b.call_tool(json!(2), "echo", json!({"message": "x"})).await;
     assert_eq!(r["error"]["code"], -32029, "{r}");

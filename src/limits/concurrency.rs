@@ -101,7 +101,16 @@ impl Rule {
         a: &Ask<'_>,
         cancel: &CancellationToken,
     ) -> Result<Option<OwnedSemaphorePermit>, Busy> {
-        let slot = self.slot(super::key_of(&self.parts, a));
+        if self.slots.len() > super::MAX_KEYS {
+            self.tidy();
+        }
+        // Still full of busy keys: new ones share one slot (bounded memory).
+        let key = if self.slots.len() > super::MAX_KEYS {
+            "\u{1f}overflow".to_owned()
+        } else {
+            super::key_of(&self.parts, a)
+        };
+        let slot = self.slot(key);
         if let Ok(p) = slot.sem.clone().try_acquire_owned() {
             return Ok(Some(p));
         }

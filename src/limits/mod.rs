@@ -24,7 +24,10 @@ use std::time::Duration;
 pub const RATE_LIMITED: i64 = -32029;
 
 /// Keys a rule keeps at most; beyond it, keys not seen for a while are forgotten.
-const MAX_KEYS: usize = 100_000;
+pub(crate) const MAX_KEYS: usize = 100_000;
+
+/// The key every new request shares while a rule holds `MAX_KEYS` live keys.
+const OVERFLOW_KEY: &str = "\u{1f}overflow";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Part {
@@ -231,7 +234,14 @@ impl Limits {
             if r.limiter.len() > MAX_KEYS {
                 r.limiter.retain_recent();
             }
-            if let Err(not_until) = r.limiter.check_key(&r.key(a)) {
+            // Still full of live keys (a client spraying tool names or addresses):
+            // new keys share one bucket, so memory stays bounded and limits hold.
+            let key = if r.limiter.len() > MAX_KEYS {
+                OVERFLOW_KEY.to_owned()
+            } else {
+                r.key(a)
+            };
+            if let Err(not_until) = r.limiter.check_key(&key) {
                 if let Some((_, n)) = self.refused.get(i) {
                     n.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }

@@ -153,13 +153,9 @@ impl ClientCredentials {
             )
         })?;
         let status = resp.status();
-        let body = resp
-            .bytes()
+        let body = crate::bounded::read_bounded(resp, MAX_TOKEN_RESPONSE)
             .await
             .map_err(|e| format!("token endpoint {}: {e}", c.token_url))?;
-        if body.len() > MAX_TOKEN_RESPONSE {
-            return Err(format!("token endpoint {}: answer too large", c.token_url));
-        }
         let doc: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
         if !status.is_success() {
             let field = |k: &str| doc.get(k).and_then(|v| v.as_str()).unwrap_or("");

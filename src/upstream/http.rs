@@ -11,6 +11,7 @@
 use super::core::{Core, Outgoing, State};
 use super::handshake::handshake;
 use super::supervise::Transport;
+use crate::bounded::read_bounded;
 use crate::config::{HttpConfig, RestartConfig};
 use crate::jsonrpc::{Incoming, Notification};
 use crate::sse;
@@ -394,19 +395,6 @@ impl Session {
         )
         .await;
     }
-}
-
-async fn read_bounded(resp: reqwest::Response, max: usize) -> Result<Vec<u8>, String> {
-    let mut out = Vec::new();
-    let mut body = resp.bytes_stream();
-    while let Some(chunk) = body.next().await {
-        let chunk = chunk.map_err(|e| format!("reading the reply failed: {e}"))?;
-        if out.len() + chunk.len() > max {
-            return Err(format!("reply larger than {max} bytes"));
-        }
-        out.extend_from_slice(&chunk);
-    }
-    Ok(out)
 }
 
 /// Runs one HTTP backend connection until `shutdown`: initialize, relay, re-initialize.

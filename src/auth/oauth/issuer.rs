@@ -91,7 +91,7 @@ impl Issuer {
 
     /// Fetches a JSON document, bounded in time and size.
     async fn fetch(&self, url: &str) -> Result<serde_json::Value, String> {
-        let mut resp = self
+        let resp = self
             .http
             .get(url)
             .header(reqwest::header::ACCEPT, "application/json")
@@ -102,17 +102,9 @@ impl Issuer {
         if !resp.status().is_success() {
             return Err(format!("{url}: HTTP {}", resp.status().as_u16()));
         }
-        let mut body = Vec::new();
-        while let Some(chunk) = resp
-            .chunk()
+        let body = crate::bounded::read_bounded(resp, MAX_DOCUMENT_BYTES)
             .await
-            .map_err(|e| format!("{url}: {}", error_chain(&e)))?
-        {
-            if body.len() + chunk.len() > MAX_DOCUMENT_BYTES {
-                return Err(format!("{url}: larger than {MAX_DOCUMENT_BYTES} bytes"));
-            }
-            body.extend_from_slice(&chunk);
-        }
+            .map_err(|e| format!("{url}: {e}"))?;
         serde_json::from_slice(&body).map_err(|e| format!("{url}: not JSON ({e})"))
     }
 
@@ -248,15 +240,9 @@ impl Issuer {
                 status.as_u16()
             )));
         }
-        let body = resp
-            .bytes()
+        let body = crate::bounded::read_bounded(resp, MAX_DOCUMENT_BYTES)
             .await
-            .map_err(|e| OAuthError::Unavailable(format!("{endpoint}: {}", error_chain(&e))))?;
-        if body.len() > MAX_DOCUMENT_BYTES {
-            return Err(OAuthError::Unavailable(format!(
-                "{endpoint}: answer too large"
-            )));
-        }
+            .map_err(|e| OAuthError::Unavailable(format!("{endpoint}: {e}")))?;
         serde_json::from_slice(&body)
             .map_err(|e| OAuthError::Unavailable(format!("{endpoint}: not JSON ({e})")))
     }
