@@ -394,9 +394,13 @@ pub(crate) async fn run_tracked_as(
     let method = metrics::method_label(&req.method);
     let started = tokio::time::Instant::now();
     // A place under `[[limits.concurrency]]`, held for the call.
+    // The tool a call names, read once (limits and metrics).
+    let tool = (req.method == "tools/call")
+        .then(|| crate::jsonrpc::string_field(req.params.as_deref(), "name"))
+        .flatten();
     let _places = match &app.limits {
         Some(limits) if req.method == "tools/call" => {
-            let name = crate::jsonrpc::string_field(req.params.as_deref(), "name");
+            let name = tool.as_deref();
             let principal = ctx.client.access.as_ref().map_or_else(
                 || session.principal.clone(),
                 |a| a.caller.as_str().to_owned(),
@@ -405,8 +409,8 @@ pub(crate) async fn run_tracked_as(
                 principal: &principal,
                 ip: None,
                 method: &req.method,
-                name: name.as_deref(),
-                backend: name.as_deref().and_then(|n| app.backend_of(n)),
+                name,
+                backend: name.and_then(|n| app.backend_of(n)),
             };
             match limits.acquire(&ask, &ctx.cancel).await {
                 Ok(Some(p)) => Some(p),
@@ -428,9 +432,6 @@ pub(crate) async fn run_tracked_as(
         }
         _ => None,
     };
-    let tool = (req.method == "tools/call")
-        .then(|| crate::jsonrpc::string_field(req.params.as_deref(), "name"))
-        .flatten();
     let (resp, outcome) = app.router.dispatch(route, req, ctx).await;
     app.metrics
         .observe_request(method, outcome, started.elapsed());
