@@ -28,7 +28,7 @@ pub struct ConfigFile {
 }
 
 /// Rate limits (`[limits]`, `[[limits.rules]]`).
-#[derive(Debug, Default, Deserialize, Clone)]
+#[derive(Debug, Deserialize, Clone)]
 #[serde(deny_unknown_fields, default)]
 pub struct LimitsConfig {
     /// Ordered rules; a request must pass every rule that covers it.
@@ -39,6 +39,65 @@ pub struct LimitsConfig {
     /// the client's address is then the right-most one in it not in this list.
     /// Default: none (the connection's address is the client's).
     pub trusted_proxies: Vec<String>,
+    /// Where the rules' budgets are kept: `memory` (this process, default) or `redis`
+    /// (shared by every Gantry using the same Redis: `[limits.redis]`).
+    pub store: String,
+    /// The Redis of `store = "redis"`.
+    pub redis: Option<RedisConfig>,
+}
+
+/// The Redis that keeps shared budgets (`[limits.redis]`).
+#[derive(Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct RedisConfig {
+    /// `redis://[user:password@]host[:port][/db]` or `rediss://` (TLS). `${VAR}` is
+    /// replaced with the variable's value.
+    pub url: String,
+    /// Prefix of every key Gantry writes. Default `gantry:limits:`.
+    #[serde(default = "default_redis_prefix")]
+    pub prefix: String,
+    /// A check waits at most this long for Redis (connecting included); past it the
+    /// rule's `on_store_error` decides. Default `250ms`.
+    #[serde(default = "default_redis_timeout", with = "humantime_serde")]
+    pub timeout: Duration,
+    /// After a failure, Redis is not asked again for this long (each rule's
+    /// `on_store_error` decides meanwhile). Default `1s`.
+    #[serde(default = "default_redis_retry", with = "humantime_serde")]
+    pub retry_interval: Duration,
+}
+
+impl std::fmt::Debug for RedisConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The URL may hold a password.
+        f.debug_struct("RedisConfig")
+            .field("prefix", &self.prefix)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        Self {
+            rules: Vec::new(),
+            concurrency: Vec::new(),
+            trusted_proxies: Vec::new(),
+            store: "memory".into(),
+            redis: None,
+        }
+    }
+}
+
+fn default_redis_prefix() -> String {
+    "gantry:limits:".into()
+}
+
+fn default_redis_timeout() -> Duration {
+    Duration::from_millis(250)
+}
+
+fn default_redis_retry() -> Duration {
+    Duration::from_secs(1)
 }
 
 /// One rate limit (GCRA): `rate` on average, `burst` at once, counted per key.
@@ -69,6 +128,15 @@ pub struct LimitRuleConfig {
     /// result with `isError: true` a model can read (`tool_result`).
     #[serde(default = "default_limit_answer")]
     pub answer: String,
+    /// With `store = "redis"`, what a request gets while Redis cannot answer: `open`
+    /// (admitted, default), `closed` (refused) or `local` (this process's own budget
+    /// for the rule, as with `store = "memory"`).
+    #[serde(default = "default_store_error")]
+    pub on_store_error: String,
+}
+
+fn default_store_error() -> String {
+    "open".into()
 }
 
 /// At most `max` calls in progress at once per key; more wait in a bounded queue.

@@ -309,6 +309,45 @@ mod tests {
     }
 
     #[test]
+    fn a_redis_store_is_checked_before_start() {
+        let check = |limits: &str| {
+            let text = format!(
+                "[[backends]]\nname = \"a\"\nstdio = {{ command = \"a\" }}\n[limits]\n{limits}"
+            );
+            let file: ConfigFile = toml::from_str(&text).unwrap();
+            file.validate("t.toml", &env)
+        };
+        let ok = check(
+            "store = \"redis\"\n[limits.redis]\nurl = \"redis://:${TOKEN}@cache:6379/2\"\n[[limits.rules]]\nname = \"r\"\nrate = \"1/s\"\non_store_error = \"local\"\n",
+        )
+        .unwrap();
+        assert_eq!(ok.limits.redis.unwrap().url, "redis://:s3cret@cache:6379/2");
+        for (limits, want) in [
+            ("store = \"redis\"\n", "needs [limits.redis]"),
+            ("store = \"rdis\"\n", "`rdis` is not memory or redis"),
+            (
+                "[limits.redis]\nurl = \"redis://x\"\n",
+                "limits.store is \"memory\"",
+            ),
+            (
+                "store = \"redis\"\n[limits.redis]\nurl = \"http://x\"\n",
+                "limits.redis.url",
+            ),
+            (
+                "store = \"redis\"\n[limits.redis]\nurl = \"redis://${NOPE}\"\n",
+                "`NOPE` is not set",
+            ),
+            (
+                "[[limits.rules]]\nname = \"r\"\nrate = \"1/s\"\non_store_error = \"fail-open\"\n",
+                "limits.rules[0].on_store_error: `fail-open` is not open, closed or local",
+            ),
+        ] {
+            let err = check(limits).unwrap_err().to_string();
+            assert!(err.contains(want), "{limits}: {err}");
+        }
+    }
+
+    #[test]
     fn idle_timeout_is_for_per_client_connections() {
         let with = |mode: &str, idle: &str| {
             let text = format!(

@@ -298,7 +298,7 @@ impl ConfigFile {
             }
         }
         validate_auth(&mut self.auth, &mut problems);
-        validate_limits(&self.limits, &mut problems);
+        validate_limits(&mut self.limits, env, &mut problems);
         super::validate_oauth::check(&mut self.server, listen, &mut self.auth, env, &mut problems);
         match (problems.is_empty(), listen) {
             (true, Some(listen)) => Ok(Config {
@@ -376,7 +376,42 @@ pub fn parse_rate(rate: &str) -> Option<(u32, Duration)> {
 }
 
 /// Checks `[limits]`.
-fn validate_limits(limits: &crate::config::LimitsConfig, problems: &mut Vec<String>) {
+fn validate_limits(
+    limits: &mut crate::config::LimitsConfig,
+    env: &dyn Fn(&str) -> Option<String>,
+    problems: &mut Vec<String>,
+) {
+    match (limits.store.as_str(), limits.redis.as_mut()) {
+        ("memory", None) => {}
+        ("memory", Some(_)) => problems.push(
+            "limits.redis: set, but limits.store is \"memory\" (say store = \"redis\" to use it)"
+                .into(),
+        ),
+        ("redis", None) => problems.push(
+            "limits.store = \"redis\" needs [limits.redis] with url = \"redis://host:6379\"".into(),
+        ),
+        ("redis", Some(r)) => {
+            match interpolate(&r.url, env) {
+                Ok(u) => r.url = u,
+                Err(var) => problems.push(format!(
+                    "limits.redis.url: environment variable `{var}` is not set"
+                )),
+            }
+            if let Err(e) = crate::limits::redis_url(&r.url) {
+                problems.push(format!("limits.redis.url: {e}"));
+            }
+            if r.timeout.is_zero() {
+                problems.push("limits.redis.timeout: must be more than 0".into());
+            }
+            if r.prefix.len() > 256 {
+                problems.push("limits.redis.prefix: at most 256 bytes".into());
+            }
+        }
+        (other, _) => problems.push(format!(
+            "limits.store: `{}` is not memory or redis",
+            other.escape_debug()
+        )),
+    }
     let mut names = std::collections::HashSet::new();
     for (i, r) in limits.rules.iter().enumerate() {
         let key = format!("limits.rules[{i}]");
@@ -413,6 +448,12 @@ fn validate_limits(limits: &crate::config::LimitsConfig, problems: &mut Vec<Stri
                     "{key}.key: `{k}` is not principal, ip, tool, backend, method or global"
                 ));
             }
+        }
+        if !matches!(r.on_store_error.as_str(), "open" | "closed" | "local") {
+            problems.push(format!(
+                "{key}.on_store_error: `{}` is not open, closed or local",
+                r.on_store_error.escape_debug()
+            ));
         }
         if !matches!(r.answer.as_str(), "error" | "tool_result") {
             problems.push(format!(

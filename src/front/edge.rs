@@ -213,7 +213,7 @@ pub(super) enum Answer {
 /// limited `tools/call` alone in its POST is answered as the rule says (JSON-RPC
 /// error `-32029`, or a tool result with `isError`); anything else limited refuses
 /// the POST as a whole: 429 with `Retry-After`. Returns the refusal, if any.
-pub(super) fn rate_limit<'a>(
+pub(super) async fn rate_limit<'a>(
     app: &App,
     principal: &crate::auth::Principal,
     peer: Option<std::net::IpAddr>,
@@ -240,7 +240,7 @@ pub(super) fn rate_limit<'a>(
             name: name.as_deref(),
             backend: name.as_deref().and_then(|n| app.backend_of(n)),
         };
-        let Err(limited) = limits.check(&ask) else {
+        let Err(limited) = limits.check(&ask).await else {
             continue;
         };
         tracing::info!(principal = %principal, method = %r.method, rule = %limited.rule, "rate limited");

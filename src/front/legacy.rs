@@ -94,7 +94,9 @@ pub(super) async fn message(
             &parts.headers,
             requests.iter().copied(),
             refuse,
-        ) {
+        )
+        .await
+        {
             return resp;
         }
     }

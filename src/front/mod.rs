@@ -251,6 +251,16 @@ async fn metrics(State(app): State<Arc<App>>) -> HttpResponse {
                 n.load(Ordering::Relaxed),
             );
         }
+        for (rule, policy, n) in &l.fallbacks {
+            Metrics::catch_up(
+                &m.rate_limit_fallbacks
+                    .with_label_values(&[rule.as_str(), policy.label()]),
+                n.load(Ordering::Relaxed),
+            );
+        }
+        for (reason, n) in l.store_errors() {
+            Metrics::catch_up(&m.redis_errors.with_label_values(&[reason]), n);
+        }
     }
     for (name, stats) in app.router.backend_stats() {
         m.backend_up

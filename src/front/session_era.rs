@@ -102,7 +102,9 @@ pub(super) async fn post(app: Arc<App>, principal: Principal, req: HttpRequest) 
                     &headers,
                     [r],
                     Answer::Inline { stateless: true },
-                ) {
+                )
+                .await
+                {
                     return resp;
                 }
             }
@@ -117,7 +119,9 @@ pub(super) async fn post(app: Arc<App>, principal: Principal, req: HttpRequest) 
                     &headers,
                     [&r],
                     Answer::Inline { stateless: false },
-                ) {
+                )
+                .await
+                {
                     return resp;
                 }
                 initialize(app, principal, client.as_deref(), r, accepts).await
@@ -149,7 +153,9 @@ pub(super) async fn post(app: Arc<App>, principal: Principal, req: HttpRequest) 
                 &headers,
                 requests,
                 Answer::Inline { stateless: false },
-            ) {
+            )
+            .await
+            {
                 return resp;
             }
             session.set_caller(&principal);

@@ -7,9 +7,11 @@
 
 mod cidr;
 mod concurrency;
+mod store;
 
 pub use cidr::Cidr;
 pub use concurrency::{Busy, Permits};
+pub use store::{redis_url, StoreError};
 
 use crate::auth::policy::glob;
 use crate::config::{parse_rate, LimitRuleConfig, LimitsConfig};
@@ -17,8 +19,10 @@ use governor::clock::Clock as _;
 use governor::{DefaultKeyedRateLimiter, Quota};
 use std::net::IpAddr;
 use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::time::Instant;
 
 /// JSON-RPC error code of a limited request (in the implementation-defined range).
 pub const RATE_LIMITED: i64 = -32029;
@@ -49,7 +53,28 @@ struct Rule {
     tools: Vec<String>,
     prompts: Vec<String>,
     tool_result: bool,
+    /// The average time between two admitted requests, in µs (the Redis script's).
+    interval_us: u64,
+    policy: Policy,
     limiter: DefaultKeyedRateLimiter<String>,
+}
+
+/// What a request gets while Redis cannot answer (`on_store_error`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Policy {
+    Open,
+    Closed,
+    Local,
+}
+
+impl Policy {
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Open => "open",
+            Self::Closed => "closed",
+            Self::Local => "local",
+        }
+    }
 }
 
 /// Who asks for what: what the keys are made of.
@@ -72,11 +97,20 @@ pub struct Limited {
     pub retry_after: Duration,
     /// Answer a `tools/call` with a tool result (`isError`) instead of an error.
     pub tool_result: bool,
+    /// Refused because the shared store cannot answer (`on_store_error = "closed"`).
+    pub store_down: bool,
 }
 
 impl Limited {
     /// What the client (or the model) reads.
     pub fn message(&self) -> String {
+        if self.store_down {
+            return format!(
+                "Rate limit `{}` cannot be checked now (its store does not answer): retry in {}",
+                self.rule,
+                crate::telemetry::human(self.retry_after)
+            );
+        }
         format!(
             "Rate limited by rule `{}` ({}, burst {}): retry in {}",
             self.rule,
@@ -108,9 +142,17 @@ pub struct Limits {
     rules: Vec<Rule>,
     concurrency: Vec<concurrency::Rule>,
     trusted: Vec<Cidr>,
+    /// `store = "redis"`.
+    store: Option<store::RedisStore>,
     /// Requests refused, by rule (metrics).
-    pub refused: Vec<(String, std::sync::atomic::AtomicU64)>,
+    pub refused: Vec<(String, AtomicU64)>,
+    /// Requests decided by `on_store_error` because Redis did not answer, by rule.
+    pub fallbacks: Vec<(String, Policy, AtomicU64)>,
 }
+
+/// Keys longer than this are counted under their digest (a client-chosen tool name
+/// must not make a key, here or in Redis, as large as a request).
+const MAX_KEY_BYTES: usize = 128;
 
 impl Part {
     fn parse(k: &str) -> Option<Self> {
@@ -141,6 +183,15 @@ fn key_of(parts: &[Part], a: &Ask<'_>) -> String {
         k.push_str(&v);
         k.push('\u{1f}');
     }
+    if k.len() > MAX_KEY_BYTES {
+        use sha2::Digest as _;
+        let digest = sha2::Sha256::digest(k.as_bytes());
+        k = String::with_capacity(65);
+        k.push('#');
+        for b in digest.iter() {
+            k.push_str(&format!("{b:02x}"));
+        }
+    }
     k
 }
 
@@ -149,7 +200,14 @@ fn rule(cfg: &LimitRuleConfig) -> Option<Rule> {
     let burst = NonZeroU32::new(cfg.burst.unwrap_or(n))?;
     let quota = Quota::with_period(period / n)?.allow_burst(burst);
     let parts = cfg.key.iter().filter_map(|k| Part::parse(k)).collect();
+    let interval = period / n;
     Some(Rule {
+        interval_us: u64::try_from(interval.as_micros()).unwrap_or(u64::MAX),
+        policy: match cfg.on_store_error.as_str() {
+            "closed" => Policy::Closed,
+            "local" => Policy::Local,
+            _ => Policy::Open,
+        },
         name: cfg.name.clone(),
         parts,
         rate: cfg.rate.clone(),
@@ -188,10 +246,19 @@ impl Limits {
             return None;
         }
         let rules: Vec<Rule> = cfg.rules.iter().filter_map(rule).collect();
+        let store = match (cfg.store.as_str(), &cfg.redis) {
+            ("redis", Some(r)) => store::RedisStore::new(r),
+            _ => None,
+        };
         Some(Arc::new(Self {
+            store,
             refused: rules
                 .iter()
                 .map(|r| (r.name.clone(), Default::default()))
+                .collect(),
+            fallbacks: rules
+                .iter()
+                .map(|r| (r.name.clone(), r.policy, Default::default()))
                 .collect(),
             rules,
             concurrency: cfg.concurrency.iter().map(concurrency::rule).collect(),
@@ -224,44 +291,128 @@ impl Limits {
     }
 
     /// Admits the request under every rule that covers it, or says which refused it
-    /// first and how long to wait. A request refused by one rule is not counted by
-    /// the later ones.
-    pub fn check(&self, a: &Ask<'_>) -> Result<(), Limited> {
-        for (i, r) in self.rules.iter().enumerate() {
-            if !r.covers(a) {
-                continue;
-            }
-            if r.limiter.len() > MAX_KEYS {
-                r.limiter.retain_recent();
-            }
-            // Still full of live keys (a client spraying tool names or addresses):
-            // new keys share one bucket, so memory stays bounded and limits hold.
-            let key = if r.limiter.len() > MAX_KEYS {
-                OVERFLOW_KEY.to_owned()
-            } else {
-                r.key(a)
-            };
-            if let Err(not_until) = r.limiter.check_key(&key) {
-                if let Some((_, n)) = self.refused.get(i) {
-                    n.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    /// first and how long to wait. With the memory store a request refused by one
+    /// rule is not counted by the later ones; with Redis, by none of them.
+    pub async fn check(&self, a: &Ask<'_>) -> Result<(), Limited> {
+        let Some(store) = &self.store else {
+            for (i, r) in self.rules.iter().enumerate() {
+                if r.covers(a) {
+                    self.check_here(i, a)?;
                 }
-                let wait = not_until.wait_time_from(r.limiter.clock().now());
-                return Err(Limited {
-                    rule: r.name.clone(),
-                    rate: r.rate.clone(),
-                    burst: r.burst,
-                    retry_after: wait,
-                    tool_result: r.tool_result && a.method == "tools/call",
-                });
+            }
+            return Ok(());
+        };
+        let covering: Vec<usize> = (0..self.rules.len())
+            .filter(|&i| self.rules.get(i).is_some_and(|r| r.covers(a)))
+            .collect();
+        if covering.is_empty() {
+            return Ok(());
+        }
+        let asks: Vec<store::Ask> = covering
+            .iter()
+            .filter_map(|&i| self.rules.get(i))
+            .map(|r| store::Ask {
+                key: store.key(&r.name, &r.key(a)),
+                interval_us: r.interval_us,
+                burst: r.burst,
+            })
+            .collect();
+        let now = Instant::now();
+        // Certainly over: Redis refused this key, and its wait is not over.
+        for (j, ask) in asks.iter().enumerate() {
+            if let (Some(wait), Some(&i)) = (store.refused_for(&ask.key, now), covering.get(j)) {
+                return Err(self.refusal(i, wait, a, false));
             }
         }
-        Ok(())
+        let answer = if store.resting(now) {
+            None
+        } else {
+            store.check(&asks).await.ok()
+        };
+        match answer {
+            Some(None) => Ok(()),
+            Some(Some((j, wait))) => {
+                let i = covering.get(j).copied().unwrap_or_default();
+                Err(self.refusal(i, wait, a, false))
+            }
+            // Redis did not answer: each rule's own policy, in order.
+            None => {
+                for &i in &covering {
+                    let Some(r) = self.rules.get(i) else { continue };
+                    if let Some((_, _, n)) = self.fallbacks.get(i) {
+                        n.fetch_add(1, Ordering::Relaxed);
+                    }
+                    match r.policy {
+                        Policy::Open => {}
+                        Policy::Closed => {
+                            return Err(self.refusal(i, store.retry_interval(), a, true))
+                        }
+                        Policy::Local => self.check_here(i, a)?,
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Rule `i` against this process's own budget.
+    fn check_here(&self, i: usize, a: &Ask<'_>) -> Result<(), Limited> {
+        let Some(r) = self.rules.get(i) else {
+            return Ok(());
+        };
+        if r.limiter.len() > MAX_KEYS {
+            r.limiter.retain_recent();
+        }
+        // Still full of live keys (a client spraying tool names or addresses):
+        // new keys share one bucket, so memory stays bounded and limits hold.
+        let key = if r.limiter.len() > MAX_KEYS {
+            OVERFLOW_KEY.to_owned()
+        } else {
+            r.key(a)
+        };
+        match r.limiter.check_key(&key) {
+            Ok(()) => Ok(()),
+            Err(not_until) => {
+                let wait = not_until.wait_time_from(r.limiter.clock().now());
+                Err(self.refusal(i, wait, a, false))
+            }
+        }
+    }
+
+    /// Counts a refusal by rule `i` and says why.
+    fn refusal(&self, i: usize, wait: Duration, a: &Ask<'_>, store_down: bool) -> Limited {
+        if let Some((_, n)) = self.refused.get(i) {
+            n.fetch_add(1, Ordering::Relaxed);
+        }
+        let r = self.rules.get(i);
+        Limited {
+            rule: r.map(|r| r.name.clone()).unwrap_or_default(),
+            rate: r.map(|r| r.rate.clone()).unwrap_or_default(),
+            burst: r.map_or(0, |r| r.burst),
+            retry_after: wait,
+            tool_result: r.is_some_and(|r| r.tool_result) && a.method == "tools/call",
+            store_down,
+        }
+    }
+
+    /// Redis failures so far, by reason (metrics); empty with the memory store.
+    pub fn store_errors(&self) -> Vec<(&'static str, u64)> {
+        self.store.as_ref().map_or_else(Vec::new, |s| {
+            StoreError::ALL
+                .iter()
+                .zip(&s.errors)
+                .map(|(e, n)| (e.label(), n.load(Ordering::Relaxed)))
+                .collect()
+        })
     }
 
     /// Forgets keys not seen for a while (called periodically).
     pub fn tidy(&self) {
         for r in &self.rules {
             r.limiter.retain_recent();
+        }
+        if let Some(s) = &self.store {
+            s.tidy();
         }
         concurrency::tidy(&self.concurrency);
     }
@@ -297,45 +448,79 @@ mod tests {
         }
     }
 
-    #[test]
-    fn bursts_then_refuses_with_the_wait() {
+    #[tokio::test]
+    async fn bursts_then_refuses_with_the_wait() {
         let l = limits("[[rules]]\nname = \"r\"\nrate = \"60/m\"\nburst = 3\n");
         for _ in 0..3 {
-            assert!(l.check(&ask("a", "tools/call", Some("t"))).is_ok());
+            assert!(l.check(&ask("a", "tools/call", Some("t"))).await.is_ok());
         }
-        let e = l.check(&ask("a", "tools/call", Some("t"))).unwrap_err();
+        let e = l
+            .check(&ask("a", "tools/call", Some("t")))
+            .await
+            .unwrap_err();
         assert_eq!(e.rule, "r");
         assert!(
             e.retry_after > Duration::from_millis(900) && e.retry_after <= Duration::from_secs(1),
             "{e:?}"
         );
         // Another principal has its own budget.
-        assert!(l.check(&ask("b", "tools/call", Some("t"))).is_ok());
+        assert!(l.check(&ask("b", "tools/call", Some("t"))).await.is_ok());
     }
 
-    #[test]
-    fn scopes_and_combined_keys() {
+    #[tokio::test]
+    async fn scopes_and_combined_keys() {
         let l = limits(
             "[[rules]]\nname = \"gh\"\nrate = \"1/h\"\nkey = [\"principal\", \"tool\"]\ntools = [\"gh__*\"]\n",
         );
-        assert!(l.check(&ask("a", "tools/call", Some("gh__x"))).is_ok());
-        assert!(l.check(&ask("a", "tools/call", Some("gh__x"))).is_err());
+        assert!(l
+            .check(&ask("a", "tools/call", Some("gh__x")))
+            .await
+            .is_ok());
+        assert!(l
+            .check(&ask("a", "tools/call", Some("gh__x")))
+            .await
+            .is_err());
         assert!(
-            l.check(&ask("a", "tools/call", Some("gh__y"))).is_ok(),
+            l.check(&ask("a", "tools/call", Some("gh__y")))
+                .await
+                .is_ok(),
             "per tool"
         );
         assert!(
-            l.check(&ask("b", "tools/call", Some("gh__x"))).is_ok(),
+            l.check(&ask("b", "tools/call", Some("gh__x")))
+                .await
+                .is_ok(),
             "per principal"
         );
         assert!(
-            l.check(&ask("a", "tools/call", Some("other"))).is_ok(),
+            l.check(&ask("a", "tools/call", Some("other")))
+                .await
+                .is_ok(),
             "not covered"
         );
         assert!(
-            l.check(&ask("a", "tools/list", None)).is_ok(),
+            l.check(&ask("a", "tools/list", None)).await.is_ok(),
             "not covered"
         );
+    }
+
+    #[test]
+    fn a_long_client_chosen_name_is_counted_under_its_digest() {
+        let long_a = "a".repeat(10_000);
+        let long_b = format!("{}b", "a".repeat(9_999));
+        let key = |n: &str| {
+            key_of(
+                &[Part::Principal, Part::Tool],
+                &ask("p", "tools/call", Some(n)),
+            )
+        };
+        assert!(
+            key(&long_a).len() <= MAX_KEY_BYTES,
+            "{}",
+            key(&long_a).len()
+        );
+        assert_ne!(key(&long_a), key(&long_b));
+        assert_eq!(key("short"), "p\u{1f}short\u{1f}");
     }
 
     #[test]

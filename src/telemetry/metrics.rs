@@ -101,6 +101,22 @@ pub struct Metrics {
     pub introspections: IntCounterVec,
     /// Requests refused by a rate-limit rule, by rule (configured names).
     pub rate_limited: IntCounterVec,
+    /// Requests decided by a rule's `on_store_error` while Redis did not answer.
+    pub rate_limit_fallbacks: IntCounterVec,
+    /// Redis failures of the rate-limit store, by reason.
+    pub redis_errors: IntCounterVec,
+    /// Time a call waited for a `[[limits.concurrency]]` place, by rule.
+    pub queue_wait: HistogramVec,
+    /// SSE streams open, by kind (`response`, `listen`, `legacy`).
+    pub sse_streams: IntGaugeVec,
+    /// Bytes read from and written to client connections.
+    pub client_received_bytes: IntCounter,
+    pub client_sent_bytes: IntCounter,
+    /// Bytes read from and written to backends, by backend.
+    pub backend_received_bytes: IntCounterVec,
+    pub backend_sent_bytes: IntCounterVec,
+    /// Backend processes that ended, by backend and reason.
+    pub backend_exits: IntCounterVec,
     /// Tool calls answered, by backend, tool and outcome.
     tool_calls: IntCounterVec,
     /// Time to answer a tool call, by backend and tool.
@@ -212,6 +228,66 @@ impl Metrics {
             ),
             &["rule"],
         )?;
+        let rate_limit_fallbacks = IntCounterVec::new(
+            Opts::new(
+                "rate_limit_fallbacks_total",
+                "Requests decided by a rule's on_store_error policy because Redis did not answer",
+            ),
+            &["rule", "policy"],
+        )?;
+        let redis_errors = IntCounterVec::new(
+            Opts::new(
+                "redis_errors_total",
+                "Checks the rate-limit store (Redis) could not answer, by reason",
+            ),
+            &["reason"],
+        )?;
+        let queue_wait = HistogramVec::new(
+            HistogramOpts::new(
+                "queue_wait_seconds",
+                "Time a call waited for a place under a concurrency limit (refused ones included)",
+            )
+            .buckets(vec![
+                0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+            ]),
+            &["rule"],
+        )?;
+        let sse_streams = IntGaugeVec::new(
+            Opts::new(
+                "sse_streams",
+                "SSE streams open to clients, by kind: response (a POST's), listen (GET or subscriptions/listen), legacy (HTTP+SSE)",
+            ),
+            &["kind"],
+        )?;
+        let client_received_bytes = IntCounter::new(
+            "client_received_bytes_total",
+            "Bytes read from client connections (TLS and HTTP framing included)",
+        )?;
+        let client_sent_bytes = IntCounter::new(
+            "client_sent_bytes_total",
+            "Bytes written to client connections (TLS and HTTP framing included)",
+        )?;
+        let backend_received_bytes = IntCounterVec::new(
+            Opts::new(
+                "backend_received_bytes_total",
+                "Message bytes read from backends (stdout lines, HTTP bodies)",
+            ),
+            &["backend"],
+        )?;
+        let backend_sent_bytes = IntCounterVec::new(
+            Opts::new(
+                "backend_sent_bytes_total",
+                "Message bytes written to backends (stdin lines, HTTP bodies)",
+            ),
+            &["backend"],
+        )?;
+        let backend_exits = IntCounterVec::new(
+            Opts::new(
+                "backend_exits_total",
+                "Backend processes that ended, by reason: clean (exit 0), error (non-zero exit), signal (killed, not by Gantry), stopped (by Gantry)",
+            ),
+            &["backend", "reason"],
+        )?;
         let tool_calls = IntCounterVec::new(
             Opts::new(
                 "tool_calls_total",
@@ -270,6 +346,15 @@ impl Metrics {
         registry.register(Box::new(jwks_fetches.clone()))?;
         registry.register(Box::new(introspections.clone()))?;
         registry.register(Box::new(rate_limited.clone()))?;
+        registry.register(Box::new(rate_limit_fallbacks.clone()))?;
+        registry.register(Box::new(redis_errors.clone()))?;
+        registry.register(Box::new(queue_wait.clone()))?;
+        registry.register(Box::new(sse_streams.clone()))?;
+        registry.register(Box::new(client_received_bytes.clone()))?;
+        registry.register(Box::new(client_sent_bytes.clone()))?;
+        registry.register(Box::new(backend_received_bytes.clone()))?;
+        registry.register(Box::new(backend_sent_bytes.clone()))?;
+        registry.register(Box::new(backend_exits.clone()))?;
         registry.register(Box::new(tool_calls.clone()))?;
         registry.register(Box::new(tool_latency.clone()))?;
         registry.register(Box::new(build_info))?;
@@ -290,6 +375,15 @@ impl Metrics {
             jwks_fetches,
             introspections,
             rate_limited,
+            rate_limit_fallbacks,
+            redis_errors,
+            queue_wait,
+            sse_streams,
+            client_received_bytes,
+            client_sent_bytes,
+            backend_received_bytes,
+            backend_sent_bytes,
+            backend_exits,
             tool_calls,
             tool_latency,
             tool_labels: parking_lot::Mutex::new(std::collections::HashSet::new()),

@@ -47,6 +47,7 @@ pub(crate) struct Gantry {
 }
 
 pub mod oidc;
+pub mod redis;
 
 mod tempdir {
     pub(super) struct TempDir(pub std::path::PathBuf);
