@@ -207,3 +207,43 @@ async fn requests_certainly_over_are_refused_without_asking_redis() {
         "Redis ran the limit script {scripts} times for 30 calls"
     );
 }
+
+/// A Redis that stops answering (SIGSTOP) costs a request at most the store's
+/// timeout: the policy decides, and once Redis answers again the budget holds.
+#[tokio::test]
+async fn a_redis_that_hangs_costs_at_most_its_timeout() {
+    let redis = Redis::start();
+    let rules = "[[limits.rules]]\nname = \"r\"\nrate = \"2/h\"\nmethods = [\"tools/call\"]\n";
+    let g = gantry()
+        .section(&store(&redis, rules))
+        .backend(example())
+        .start();
+    let mut c = g.client();
+    c.initialize().await;
+    assert_eq!(
+        answer(&c.call_tool(json!(1), "echo", json!({"message": "x"})).await),
+        Answer::Admitted
+    );
+    redis.pause();
+    for i in 2..5 {
+        let call = c.call_tool(json!(i), "echo", json!({"message": "x"}));
+        let r = tokio::time::timeout(Duration::from_secs(5), call)
+            .await
+            .unwrap_or_else(|_| panic!("call {i} waited for a Redis that does not answer"));
+        assert_eq!(answer(&r), Answer::Admitted, "open while Redis hangs");
+    }
+    redis.resume();
+    // One left of the 2 in Redis, then refused.
+    let end = Instant::now() + Duration::from_secs(10);
+    let mut id = 10;
+    loop {
+        id += 1;
+        let r = c.call_tool(json!(id), "echo", json!({"message": "x"})).await;
+        if let Answer::Limited(m) = answer(&r) {
+            assert!(m.contains("Rate limited by rule `r`"), "{m}");
+            break;
+        }
+        assert!(Instant::now() < end, "Redis answers again but the limit does not hold");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -90,9 +90,26 @@ impl Redis {
     /// Kills it (SIGKILL: no goodbye to its clients) and waits until it is gone.
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
+            let _ = Command::new("kill").args(["-CONT", &c.id().to_string()]).status();
             let _ = c.kill();
             let _ = c.wait();
         }
+    }
+
+    /// Stops it answering (SIGSTOP): connections stay open, nothing comes back.
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Lets it answer again (SIGCONT).
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, sig: &str) {
+        let pid = self.child.as_ref().unwrap().id().to_string();
+        let ok = Command::new("kill").args([sig, &pid]).status().unwrap();
+        assert!(ok.success(), "kill {sig} {pid}");
     }
 
     /// Starts it again on the same port (empty: nothing was persisted).
