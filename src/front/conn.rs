@@ -38,6 +38,13 @@ pub(crate) struct ConnLimits {
     pub(crate) max_connections: usize,
 }
 
+/// Bytes read from and written to client connections (metrics).
+#[derive(Clone)]
+pub(crate) struct ByteCounters {
+    pub(crate) received: prometheus::IntCounter,
+    pub(crate) sent: prometheus::IntCounter,
+}
+
 /// Connections over the cap being answered `503` at once, at most; beyond that
 /// they are closed unanswered (each holds a file descriptor for up to a second).
 const MAX_REFUSING: usize = 64;
@@ -77,6 +84,7 @@ pub(crate) async fn accept(
     listener: TcpListener,
     routes: axum::Router,
     limits: ConnLimits,
+    bytes: ByteCounters,
     tls: Option<Arc<super::tls::Tls>>,
     stop: CancellationToken,
 ) -> Connections {
@@ -138,7 +146,7 @@ pub(crate) async fn accept(
                 req.map(axum::body::Body::new)
             });
         let (builder, finish, kill) = (builder.clone(), conns.finish.clone(), conns.kill.clone());
-        let stalls = Stalls::new(tcp, limits.write_timeout);
+        let stalls = Stalls::new(tcp, limits.write_timeout, bytes.clone());
         let tls = tls.as_ref().map(|t| t.current());
         conns.tracker.spawn(async move {
             let svc = TowerToHyperService::new(svc);
@@ -241,14 +249,22 @@ struct Stalls {
     inner: TcpStream,
     limit: Duration,
     stalled: Option<Pin<Box<Sleep>>>,
+    bytes: ByteCounters,
 }
 
 impl Stalls {
-    fn new(inner: TcpStream, limit: Duration) -> Self {
+    fn new(inner: TcpStream, limit: Duration, bytes: ByteCounters) -> Self {
         Self {
             inner,
             limit,
             stalled: None,
+            bytes,
+        }
+    }
+
+    fn wrote(&self, r: &Poll<io::Result<usize>>) {
+        if let Poll::Ready(Ok(n)) = r {
+            self.bytes.sent.inc_by(*n as u64);
         }
     }
 
@@ -288,7 +304,13 @@ impl AsyncRead for Stalls {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_read(cx, buf)
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if let Poll::Ready(Ok(())) = r {
+            let n = buf.filled().len().saturating_sub(before);
+            self.bytes.received.inc_by(n as u64);
+        }
+        r
     }
 }
 
@@ -299,6 +321,7 @@ impl AsyncWrite for Stalls {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let r = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.wrote(&r);
         self.progress(cx, r)
     }
 
@@ -308,6 +331,7 @@ impl AsyncWrite for Stalls {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let r = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.wrote(&r);
         self.progress(cx, r)
     }
 

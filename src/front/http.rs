@@ -16,9 +16,49 @@ pub(super) fn json_response(body: String) -> HttpResponse {
         .into_response()
 }
 
-pub(super) fn sse_response(
+/// Which SSE stream (the `kind` label of `gantry_sse_streams`).
+#[derive(Clone, Copy)]
+pub(crate) enum SseKind {
+    /// A POST's response stream (or its resumption).
+    Response,
+    /// The standalone GET stream, or a stateless `subscriptions/listen`.
+    Listen,
+    /// The legacy HTTP+SSE transport's stream.
+    Legacy,
+}
+
+impl SseKind {
+    fn label(self) -> &'static str {
+        match self {
+            Self::Response => "response",
+            Self::Listen => "listen",
+            Self::Legacy => "legacy",
+        }
+    }
+}
+
+/// Counts an open SSE stream until it is dropped.
+struct OpenStream(prometheus::IntGauge);
+
+impl Drop for OpenStream {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+pub(crate) fn sse_response(
+    app: &App,
+    kind: SseKind,
     body: impl futures::Stream<Item = Result<bytes::Bytes, std::convert::Infallible>> + Send + 'static,
 ) -> HttpResponse {
+    use futures::StreamExt as _;
+    let gauge = app.metrics.sse_streams.with_label_values(&[kind.label()]);
+    gauge.inc();
+    let open = OpenStream(gauge);
+    let body = body.map(move |chunk| {
+        let _counted = &open;
+        chunk
+    });
     with_sse_headers(HttpResponse::new(Body::from_stream(body)))
 }
 

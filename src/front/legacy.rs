@@ -47,7 +47,11 @@ pub(super) async fn open(
             });
         }
     }));
-    sse_response(sse_body(session.standalone.clone(), 0, opts))
+    sse_response(
+        &app,
+        super::http::SseKind::Legacy,
+        sse_body(session.standalone.clone(), 0, opts),
+    )
 }
 
 pub(super) async fn message(

@@ -281,6 +281,17 @@ async fn metrics(State(app): State<Arc<App>>) -> HttpResponse {
             &m.backend_unattributed.with_label_values(&[name]),
             BackendStats::get(&stats.unattributed),
         );
+        Metrics::catch_up(
+            &m.backend_received_bytes.with_label_values(&[name]),
+            BackendStats::get(&stats.received_bytes),
+        );
+        Metrics::catch_up(
+            &m.backend_sent_bytes.with_label_values(&[name]),
+            BackendStats::get(&stats.sent_bytes),
+        );
+        for (why, n) in stats.exits() {
+            Metrics::catch_up(&m.backend_exits.with_label_values(&[name, why.label()]), n);
+        }
     }
     (
         StatusCode::OK,
@@ -487,7 +498,19 @@ pub async fn serve(
             }
         });
     }
-    let conns = conn::accept(listener, routes, limits, app.tls.clone(), stop.clone()).await;
+    let bytes = conn::ByteCounters {
+        received: app.metrics.client_received_bytes.clone(),
+        sent: app.metrics.client_sent_bytes.clone(),
+    };
+    let conns = conn::accept(
+        listener,
+        routes,
+        limits,
+        bytes,
+        app.tls.clone(),
+        stop.clone(),
+    )
+    .await;
     reaper.abort();
     stop.cancel();
     let _ = drain.await;

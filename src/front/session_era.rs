@@ -11,9 +11,9 @@ use crate::front::edge::quota_key;
 use crate::front::http::json_response;
 use crate::front::http::read_body;
 use crate::front::http::session_header;
-use crate::front::http::sse_response;
 use crate::front::http::with_sse_headers;
 use crate::front::http::Accepts;
+use crate::front::http::{sse_response, SseKind};
 use crate::front::stateless;
 use crate::front::App;
 use crate::jsonrpc::{
@@ -418,7 +418,12 @@ pub(crate) async fn run_tracked_as(
                 name,
                 backend: name.and_then(|n| app.backend_of(n)),
             };
-            match limits.acquire(&ask, &ctx.cancel).await {
+            let waited = |rule: &str, d: std::time::Duration| {
+                if let Ok(h) = app.metrics.queue_wait.get_metric_with_label_values(&[rule]) {
+                    h.observe(d.as_secs_f64());
+                }
+            };
+            match limits.acquire(&ask, &ctx.cancel, &waited).await {
                 Ok(Some(p)) => Some(p),
                 Ok(None) => return None,
                 Err(busy) => {
@@ -513,7 +518,7 @@ pub(super) async fn single(
         return with_sse_headers(HttpResponse::new(Body::from(body)));
     }
     let opts = app.body_options(&session, true, true);
-    sse_response(sse_body(stream, 0, opts))
+    sse_response(&app, SseKind::Response, sse_body(stream, 0, opts))
 }
 
 /// How long a request may run inline and be answered in one write rather than streamed.
@@ -598,7 +603,7 @@ pub(super) async fn batch(
         });
     }
     let opts = app.body_options(&session, true, true);
-    sse_response(sse_body(stream, 0, opts))
+    sse_response(&app, SseKind::Response, sse_body(stream, 0, opts))
 }
 
 pub(super) fn get_stream(
@@ -629,11 +634,15 @@ pub(super) fn get_stream(
             return FrontError::StreamGone.into_response();
         };
         let opts = app.body_options(&session, true, false);
-        return sse_response(sse_body(stream, seq, opts));
+        return sse_response(&app, SseKind::Response, sse_body(stream, seq, opts));
     }
     let after = session.standalone.delivered();
     let opts = app.body_options(&session, true, true);
-    sse_response(sse_body(session.standalone.clone(), after, opts))
+    sse_response(
+        &app,
+        SseKind::Listen,
+        sse_body(session.standalone.clone(), after, opts),
+    )
 }
 
 pub(super) async fn delete(

@@ -100,6 +100,7 @@ impl Rule {
         &self,
         a: &Ask<'_>,
         cancel: &CancellationToken,
+        waited: &(dyn Fn(&str, Duration) + Sync),
     ) -> Result<Option<OwnedSemaphorePermit>, Busy> {
         if self.slots.len() > super::MAX_KEYS {
             self.tidy();
@@ -112,6 +113,7 @@ impl Rule {
         };
         let slot = self.slot(key);
         if let Ok(p) = slot.sem.clone().try_acquire_owned() {
+            waited(&self.name, Duration::ZERO);
             return Ok(Some(p));
         }
         let busy = |queue_full, waited| Busy {
@@ -122,14 +124,19 @@ impl Rule {
         };
         if slot.waiting.fetch_add(1, Ordering::AcqRel) >= self.queue {
             slot.waiting.fetch_sub(1, Ordering::AcqRel);
+            waited(&self.name, Duration::ZERO);
             return Err(busy(true, Duration::ZERO));
         }
+        let since = tokio::time::Instant::now();
         let r = tokio::select! {
             p = slot.sem.clone().acquire_owned() => p.map(Some).map_err(|_| busy(false, Duration::ZERO)),
             _ = tokio::time::sleep(self.queue_timeout) => Err(busy(false, self.queue_timeout)),
             _ = cancel.cancelled() => Ok(None),
         };
         slot.waiting.fetch_sub(1, Ordering::AcqRel);
+        if !matches!(r, Ok(None)) {
+            waited(&self.name, since.elapsed());
+        }
         r
     }
 
@@ -145,15 +152,17 @@ impl Rule {
 }
 
 /// Takes a place under every rule that covers the call, in order; `Ok(None)` when
-/// the call was cancelled while it waited.
+/// the call was cancelled while it waited. `waited` learns how long each rule made
+/// the call wait (refused ones included).
 pub(super) async fn acquire(
     rules: &[Rule],
     a: &Ask<'_>,
     cancel: &CancellationToken,
+    waited: &(dyn Fn(&str, Duration) + Sync),
 ) -> Result<Option<Permits>, Busy> {
     let mut held = Permits::default();
     for r in rules.iter().filter(|r| r.covers(a)) {
-        match r.acquire(a, cancel).await? {
+        match r.acquire(a, cancel, waited).await? {
             Some(p) => held.0.push(p),
             None => return Ok(None),
         }

@@ -419,12 +419,14 @@ impl Limits {
 
     /// A place for a call under every `[[limits.concurrency]]` rule covering it,
     /// held until the returned permits drop; `Ok(None)`: cancelled while waiting.
+    /// `waited` learns each rule's wait.
     pub async fn acquire(
         &self,
         a: &Ask<'_>,
         cancel: &tokio_util::sync::CancellationToken,
+        waited: &(dyn Fn(&str, Duration) + Sync),
     ) -> Result<Option<Permits>, Busy> {
-        concurrency::acquire(&self.concurrency, a, cancel).await
+        concurrency::acquire(&self.concurrency, a, cancel, waited).await
     }
 }
 

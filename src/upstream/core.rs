@@ -404,9 +404,13 @@ impl Core {
     pub(crate) async fn write_direct(&self, gen: u64, line: &str) -> Result<(), String> {
         let mut slot = self.stdin.lock().await;
         match slot.as_mut() {
-            Some(s) if s.gen == gen => write_line(&mut s.w, line)
-                .await
-                .map_err(|e| format!("cannot write to the backend: {e}")),
+            Some(s) if s.gen == gen => {
+                write_line(&mut s.w, line)
+                    .await
+                    .map_err(|e| format!("cannot write to the backend: {e}"))?;
+                self.stats.bytes(false, line.len() + 1);
+                Ok(())
+            }
             _ => Err("the backend restarted before the request could be sent".into()),
         }
     }

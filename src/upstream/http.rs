@@ -165,6 +165,7 @@ impl Session {
             .body(msg.line.clone())
             .send()
             .await
+            .inspect(|_| self.core.stats.bytes(false, msg.line.len()))
     }
 
     /// POSTs one message and relays whatever comes back.
@@ -241,6 +242,7 @@ impl Session {
     }
 
     fn relay(&self, body: &[u8], related: Option<u64>) {
+        self.core.stats.bytes(true, body.len());
         match Incoming::parse(body) {
             Ok(Incoming::Single(m)) => self.core.incoming(self.gen, m, related),
             Ok(Incoming::Batch(ms)) => {

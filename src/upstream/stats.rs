@@ -24,6 +24,57 @@ pub struct BackendStats {
     pub eras: EraSupport,
     /// The last time a connection became ready, and the last failure.
     health: Mutex<Health>,
+    /// Message bytes read from the backend (stdout lines, HTTP bodies).
+    pub received_bytes: AtomicU64,
+    /// Message bytes written to the backend (stdin lines, HTTP bodies).
+    pub sent_bytes: AtomicU64,
+    /// Processes that ended, by `Exit::index`.
+    exits: [AtomicU64; 4],
+}
+
+/// Why a backend process ended (the `reason` label of `gantry_backend_exits_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// It exited with status 0 by itself.
+    Clean,
+    /// It exited with a non-zero status.
+    Error,
+    /// A signal Gantry did not send ended it (OOM killer, an operator's `kill`…).
+    Signal,
+    /// Gantry stopped it (shutdown, idle, failed handshake, closed stdout, hung).
+    Stopped,
+}
+
+impl Exit {
+    pub const ALL: [Exit; 4] = [Self::Clean, Self::Error, Self::Signal, Self::Stopped];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Clean => "clean",
+            Self::Error => "error",
+            Self::Signal => "signal",
+            Self::Stopped => "stopped",
+        }
+    }
+
+    fn index(self) -> usize {
+        match self {
+            Self::Clean => 0,
+            Self::Error => 1,
+            Self::Signal => 2,
+            Self::Stopped => 3,
+        }
+    }
+
+    /// How a process that ended by itself ended.
+    pub fn of(status: &std::io::Result<std::process::ExitStatus>) -> Self {
+        use std::os::unix::process::ExitStatusExt as _;
+        match status {
+            Ok(s) if s.success() => Self::Clean,
+            Ok(s) if s.signal().is_some() => Self::Signal,
+            _ => Self::Error,
+        }
+    }
 }
 
 #[derive(Default)]
@@ -92,6 +143,31 @@ impl EraSupport {
 }
 
 impl BackendStats {
+    /// Counts a process that ended.
+    pub(crate) fn exited(&self, why: Exit) {
+        if let Some(n) = self.exits.get(why.index()) {
+            n.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Processes that ended so far, by reason.
+    pub fn exits(&self) -> impl Iterator<Item = (Exit, u64)> + '_ {
+        Exit::ALL
+            .into_iter()
+            .zip(&self.exits)
+            .map(|(e, n)| (e, n.load(Ordering::Relaxed)))
+    }
+
+    /// Counts message bytes read from (`received`) or written to the backend.
+    pub(crate) fn bytes(&self, received: bool, n: usize) {
+        let c = if received {
+            &self.received_bytes
+        } else {
+            &self.sent_bytes
+        };
+        c.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
     pub(super) fn track(&self, c: &Arc<Core>) {
         let mut v = self.conns.lock();
         v.retain(|w| w.strong_count() > 0);

@@ -10,6 +10,7 @@
 use super::core::{Core, Outgoing, State, StdinSlot};
 use super::error::UpstreamError;
 use super::handshake::handshake;
+use super::stats::Exit;
 use super::supervise::Transport;
 use crate::config::{RestartConfig, StdioConfig};
 use nix::sys::signal::{killpg, Signal};
@@ -167,6 +168,7 @@ async fn run_once(
     let reason = loop {
         tokio::select! {
             status = child.wait() => {
+                core.stats.exited(Exit::of(&status));
                 break match status {
                     Ok(s) => format!("process exited ({s})"),
                     Err(e) => format!("cannot wait for process: {e}"),
@@ -182,12 +184,14 @@ async fn run_once(
                 }
                 let stdin = core.stdin.lock().await.take().map(|s| s.w);
                 stop_gracefully(&mut child, &guard, stdin).await;
+                core.stats.exited(Exit::Stopped);
                 break "shut down".into();
             }
             _ = stdout_closed.cancelled() => {
                 // Usually the child is exiting; if it lingers with its stdout closed it
                 // can never answer again: stop it (in-flight calls fail at once).
                 if let Ok(status) = tokio::time::timeout(STDOUT_EOF_GRACE, child.wait()).await {
+                    core.stats.exited(Exit::of(&status));
                     break match status {
                         Ok(s) => format!("process exited ({s})"),
                         Err(e) => format!("cannot wait for process: {e}"),
@@ -195,15 +199,21 @@ async fn run_once(
                 }
                 let stdin = core.stdin.lock().await.take().map(|s| s.w);
                 stop_gracefully(&mut child, &guard, stdin).await;
+                core.stats.exited(Exit::Stopped);
                 break "the process closed its stdout (it can no longer answer); stopped".into();
             }
             _ = init_failed.cancelled() => {
                 let stdin = core.stdin.lock().await.take().map(|s| s.w);
                 stop_gracefully(&mut child, &guard, stdin).await;
+                core.stats.exited(Exit::Stopped);
                 break "initialization failed".into();
             }
             msg = out_rx.recv() => {
-                let Some(msg) = msg else { break "connection dropped".into() };
+                let Some(msg) = msg else {
+                    // The guard's drop below kills the group.
+                    core.stats.exited(Exit::Stopped);
+                    break "connection dropped".into()
+                };
                 if msg.gen != gen { continue; }
                 if let Err(e) = core.write_direct(gen, &msg.line).await {
                     tracing::warn!(backend = %core.name, error = %e, "cannot write to backend stdin");
@@ -543,6 +553,7 @@ async fn read_stdout<R: AsyncBufRead + Unpin>(
         match read_line_bounded(&mut r, &mut buf, core.max_message_bytes).await {
             Ok(Line::Eof) => break,
             Ok(Line::TooLong(o)) => {
+                core.stats.bytes(true, o.bytes);
                 let limit = core.max_message_bytes;
                 match oversize_answer_id(&o.head, &o.tail) {
                     Some(id) if core.is_pending(id) => {
@@ -565,6 +576,7 @@ async fn read_stdout<R: AsyncBufRead + Unpin>(
                 }
             }
             Ok(Line::Data) => {
+                core.stats.bytes(true, buf.len() + 1);
                 let line = buf.strip_suffix(b"\r").unwrap_or(&buf);
                 if line.iter().all(u8::is_ascii_whitespace) {
                     continue;

@@ -528,6 +528,7 @@ pub(super) fn stream(
 ) -> HttpResponse {
     let (tx, rx) = mpsc::channel::<bytes::Bytes>(64);
     let event = |json: String| bytes::Bytes::from(crate::sse::message_event(None, &json));
+    let streams = app.clone();
     tokio::spawn(async move {
         if tx.send(event(first.to_json())).await.is_err() {
             return;
@@ -571,8 +572,9 @@ pub(super) fn stream(
             }
         }
     });
-    let body = Body::from_stream(
+    crate::front::http::sse_response(
+        &streams,
+        crate::front::http::SseKind::Response,
         tokio_stream::wrappers::ReceiverStream::new(rx).map(Ok::<_, std::convert::Infallible>),
-    );
-    with_sse_headers(HttpResponse::new(body))
+    )
 }

@@ -1,12 +1,10 @@
 //! `subscriptions/listen`: the principal's listen streams, their filters, and the
 //! resource subscriptions they hold upstream (counted per URI).
 
-use super::super::http::with_sse_headers;
 use super::super::App;
 use super::route::Internal;
 use crate::jsonrpc::{code, Notification, RequestId, RpcError};
 use crate::mcp::META_SUBSCRIPTION_ID as META_SUBSCRIPTION;
-use axum::body::Body;
 use axum::http::StatusCode;
 use axum::response::Response as HttpResponse;
 use futures::StreamExt as _;
@@ -204,6 +202,7 @@ pub(super) async fn listen(
     // and cleans up when the client goes away or Gantry stops.
     let guard = internal.session.track(&id);
     let keepalive = app.cfg.server.sse_keepalive;
+    let streams = app.clone();
     tokio::spawn(async move {
         let _guard = guard;
         let ended = internal.session.cancel.clone();
@@ -238,8 +237,9 @@ pub(super) async fn listen(
         }
         tracing::debug!("listen stream ended");
     });
-    let body = Body::from_stream(
+    crate::front::http::sse_response(
+        &streams,
+        crate::front::http::SseKind::Listen,
         tokio_stream::wrappers::ReceiverStream::new(rx).map(Ok::<_, std::convert::Infallible>),
-    );
-    with_sse_headers(HttpResponse::new(body))
+    )
 }
