@@ -238,12 +238,17 @@ async fn a_redis_that_hangs_costs_at_most_its_timeout() {
     let mut id = 10;
     loop {
         id += 1;
-        let r = c.call_tool(json!(id), "echo", json!({"message": "x"})).await;
+        let r = c
+            .call_tool(json!(id), "echo", json!({"message": "x"}))
+            .await;
         if let Answer::Limited(m) = answer(&r) {
             assert!(m.contains("Rate limited by rule `r`"), "{m}");
             break;
         }
-        assert!(Instant::now() < end, "Redis answers again but the limit does not hold");
+        assert!(
+            Instant::now() < end,
+            "Redis answers again but the limit does not hold"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

@@ -90,7 +90,9 @@ impl Redis {
     /// Kills it (SIGKILL: no goodbye to its clients) and waits until it is gone.
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
-            let _ = Command::new("kill").args(["-CONT", &c.id().to_string()]).status();
+            let _ = Command::new("kill")
+                .args(["-CONT", &c.id().to_string()])
+                .status();
             let _ = c.kill();
             let _ = c.wait();
         }
