@@ -40,6 +40,9 @@ pub struct CallCtx {
     pub cancel: CancellationToken,
     /// Who is asking, as a stateless-era backend must be told on every request.
     pub client: ClientView,
+    /// How long the backend has to answer, when not its `request_timeout`
+    /// (`[[limits.timeouts]]`).
+    pub timeout: Option<std::time::Duration>,
 }
 
 /// What a backend of the stateless era needs to know about the client with each

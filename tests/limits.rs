@@ -281,3 +281,54 @@ async fn a_call_that_cannot_get_a_place_in_time_is_refused() {
     );
     assert_eq!(busy.await.unwrap()["result"]["content"][0]["text"], "done");
 }
+
+/// `[[limits.timeouts]]`: a tool's own time limit replaces its backend's
+/// `request_timeout`, shorter (the backend is told to cancel) or longer; in both eras.
+#[tokio::test]
+async fn a_tools_own_timeout_replaces_its_backends_request_timeout() {
+    let dir = Scratch::new("limits-timeouts");
+    let record = dir.0.join("received.jsonl");
+    let quick = gantry()
+        .section("[[limits.timeouts]]\nname = \"quick\"\ntools = [\"hang\"]\ntimeout = \"300ms\"\n")
+        .backend(python_fixture("mb", "misbehaving_server.py").record(&record))
+        .start();
+    let mut c = quick.client();
+    c.initialize().await;
+    let call = c.call_tool(json!(1), "hang", json!({}));
+    let r = tokio::time::timeout(std::time::Duration::from_secs(10), call)
+        .await
+        .expect("the 300ms limit did not end the call (request_timeout is 60s)");
+    let message = r["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("did not answer within 300ms"), "{r}");
+    assert!(
+        poll_until(std::time::Duration::from_secs(5), || {
+            recorded(&record)
+                .iter()
+                .any(|m| m["method"] == "notifications/cancelled")
+                .then_some(())
+        })
+        .await
+        .is_some(),
+        "the backend was not told to cancel the call"
+    );
+    let s = Stateless::new(&quick);
+    let r = s.call(json!(2), "hang", json!({}), json!({})).await;
+    let message = r.response(&json!(2)).unwrap()["error"]["message"].clone();
+    assert!(
+        message
+            .as_str()
+            .unwrap_or_default()
+            .contains("within 300ms"),
+        "{message}"
+    );
+
+    // Longer: `slow` gets 5s where the backend allows 500ms; others keep 500ms.
+    let patient = gantry()
+        .section("[[limits.timeouts]]\nname = \"patient\"\ntools = [\"slow\"]\ntimeout = \"5s\"\n")
+        .backend(example().set("request_timeout = \"500ms\""))
+        .start();
+    let mut c = patient.client();
+    c.initialize().await;
+    let r = c.call_tool(json!(1), "slow", json!({"ms": 1500})).await;
+    assert_eq!(r["result"]["content"][0]["text"], "done", "{r}");
+}

@@ -35,6 +35,9 @@ pub struct LimitsConfig {
     pub rules: Vec<LimitRuleConfig>,
     /// Calls in progress at once (`[[limits.concurrency]]`).
     pub concurrency: Vec<ConcurrencyConfig>,
+    /// How long tools may take (`[[limits.timeouts]]`): the first rule naming a tool
+    /// replaces its backend's `request_timeout` for its calls.
+    pub timeouts: Vec<TimeoutConfig>,
     /// Proxies (addresses or CIDR blocks) whose `X-Forwarded-For` names the client:
     /// the client's address is then the right-most one in it not in this list.
     /// Default: none (the connection's address is the client's).
@@ -81,6 +84,7 @@ impl Default for LimitsConfig {
         Self {
             rules: Vec::new(),
             concurrency: Vec::new(),
+            timeouts: Vec::new(),
             trusted_proxies: Vec::new(),
             store: "memory".into(),
             redis: None,
@@ -160,6 +164,20 @@ pub struct ConcurrencyConfig {
     /// Covers calls of these tools only (globs over the names clients see).
     #[serde(default)]
     pub tools: Vec<String>,
+}
+
+/// A tool call's time limit, in place of its backend's `request_timeout`.
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct TimeoutConfig {
+    /// Names the rule: 1-64 of `A-Z a-z 0-9 _ - .`.
+    pub name: String,
+    /// The tools (globs over the names clients see); at least one.
+    pub tools: Vec<String>,
+    /// The backend must answer within this; then the call fails with a timeout and
+    /// the backend is told to cancel it.
+    #[serde(with = "humantime_serde")]
+    pub timeout: Duration,
 }
 
 fn default_concurrency_key() -> Vec<String> {

@@ -338,6 +338,10 @@ mod tests {
                 "`NOPE` is not set",
             ),
             (
+                "[[limits.timeouts]]\nname = \"t\"\ntools = []\ntimeout = \"1s\"\n",
+                "limits.timeouts[0].tools: name the tools",
+            ),
+            (
                 "[[limits.rules]]\nname = \"r\"\nrate = \"1/s\"\non_store_error = \"fail-open\"\n",
                 "limits.rules[0].on_store_error: `fail-open` is not open, closed or local",
             ),

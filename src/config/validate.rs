@@ -375,6 +375,23 @@ pub fn parse_rate(rate: &str) -> Option<(u32, Duration)> {
     Some((n, period))
 }
 
+/// A limit's name: 1-64 of `A-Z a-z 0-9 _ - .` (it appears in answers and labels).
+fn rule_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "`{}` must be 1-64 characters of A-Z a-z 0-9 _ - .",
+            name.escape_debug()
+        ))
+    }
+}
+
 /// Checks `[limits]`.
 fn validate_limits(
     limits: &mut crate::config::LimitsConfig,
@@ -415,16 +432,8 @@ fn validate_limits(
     let mut names = std::collections::HashSet::new();
     for (i, r) in limits.rules.iter().enumerate() {
         let key = format!("limits.rules[{i}]");
-        let ok_name = !r.name.is_empty()
-            && r.name.len() <= 64
-            && r.name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b));
-        if !ok_name {
-            problems.push(format!(
-                "{key}.name: `{}` must be 1-64 characters of A-Z a-z 0-9 _ - .",
-                r.name.escape_debug()
-            ));
+        if let Err(e) = rule_name(&r.name) {
+            problems.push(format!("{key}.name: {e}"));
         } else if !names.insert(r.name.clone()) {
             problems.push(format!("{key}.name: `{}` is used twice", r.name));
         }
@@ -464,16 +473,8 @@ fn validate_limits(
     }
     for (i, c) in limits.concurrency.iter().enumerate() {
         let key = format!("limits.concurrency[{i}]");
-        let ok_name = !c.name.is_empty()
-            && c.name.len() <= 64
-            && c.name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b));
-        if !ok_name {
-            problems.push(format!(
-                "{key}.name: `{}` must be 1-64 characters of A-Z a-z 0-9 _ - .",
-                c.name.escape_debug()
-            ));
+        if let Err(e) = rule_name(&c.name) {
+            problems.push(format!("{key}.name: {e}"));
         } else if !names.insert(c.name.clone()) {
             problems.push(format!("{key}.name: `{}` is used twice", c.name));
         }
@@ -491,6 +492,22 @@ fn validate_limits(
             problems.push(format!(
                 "{key}.key: name what is counted (e.g. [\"backend\"])"
             ));
+        }
+    }
+    for (i, t) in limits.timeouts.iter().enumerate() {
+        let key = format!("limits.timeouts[{i}]");
+        if let Err(e) = rule_name(&t.name) {
+            problems.push(format!("{key}.name: {e}"));
+        } else if !names.insert(t.name.clone()) {
+            problems.push(format!("{key}.name: `{}` is used twice", t.name));
+        }
+        if t.tools.is_empty() {
+            problems.push(format!(
+                "{key}.tools: name the tools it is for (globs, e.g. [\"build_*\"])"
+            ));
+        }
+        if t.timeout.is_zero() {
+            problems.push(format!("{key}.timeout: must be more than 0"));
         }
     }
     for (i, p) in limits.trusted_proxies.iter().enumerate() {

@@ -386,10 +386,19 @@ pub(crate) async fn run_tracked_as(
     client: crate::call::ClientView,
 ) -> Option<Response> {
     let _call = app.call_guard();
+    // The tool a call names, read once (limits and metrics).
+    let tool = (req.method == "tools/call")
+        .then(|| crate::jsonrpc::string_field(req.params.as_deref(), "name"))
+        .flatten();
     let ctx = CallCtx {
         sink,
         cancel: guard.token(),
         client,
+        timeout: app
+            .limits
+            .as_ref()
+            .zip(tool.as_deref())
+            .and_then(|(l, t)| l.timeout_for(t)),
     };
     let Some(route) = session.route() else {
         return Some(Response::err(
@@ -400,10 +409,6 @@ pub(crate) async fn run_tracked_as(
     let method = metrics::method_label(&req.method);
     let started = tokio::time::Instant::now();
     // A place under `[[limits.concurrency]]`, held for the call.
-    // The tool a call names, read once (limits and metrics).
-    let tool = (req.method == "tools/call")
-        .then(|| crate::jsonrpc::string_field(req.params.as_deref(), "name"))
-        .flatten();
     let _places = match &app.limits {
         Some(limits) if req.method == "tools/call" => {
             let name = tool.as_deref();

@@ -142,6 +142,8 @@ pub struct Limits {
     rules: Vec<Rule>,
     concurrency: Vec<concurrency::Rule>,
     trusted: Vec<Cidr>,
+    /// `[[limits.timeouts]]`: tool globs and their time limit, first match wins.
+    timeouts: Vec<(Vec<String>, Duration)>,
     /// `store = "redis"`.
     store: Option<store::RedisStore>,
     /// Requests refused, by rule (metrics).
@@ -242,7 +244,7 @@ impl Rule {
 impl Limits {
     /// The rules of a validated config; `None` when there are none.
     pub fn new(cfg: &LimitsConfig) -> Option<Arc<Self>> {
-        if cfg.rules.is_empty() && cfg.concurrency.is_empty() {
+        if cfg.rules.is_empty() && cfg.concurrency.is_empty() && cfg.timeouts.is_empty() {
             return None;
         }
         let rules: Vec<Rule> = cfg.rules.iter().filter_map(rule).collect();
@@ -251,6 +253,11 @@ impl Limits {
             _ => None,
         };
         Some(Arc::new(Self {
+            timeouts: cfg
+                .timeouts
+                .iter()
+                .map(|t| (t.tools.clone(), t.timeout))
+                .collect(),
             store,
             refused: rules
                 .iter()
@@ -393,6 +400,14 @@ impl Limits {
             tool_result: r.is_some_and(|r| r.tool_result) && a.method == "tools/call",
             store_down,
         }
+    }
+
+    /// The time limit of a call of `tool`, if a `[[limits.timeouts]]` rule names it.
+    pub fn timeout_for(&self, tool: &str) -> Option<Duration> {
+        self.timeouts
+            .iter()
+            .find(|(globs, _)| globs.iter().any(|g| glob(g, tool)))
+            .map(|(_, t)| *t)
     }
 
     /// Redis failures so far, by reason (metrics); empty with the memory store.

@@ -99,6 +99,7 @@ impl SessionRoute {
                     sink: Arc::new(Hub::new(conn.name(), Arc::new(BackendStats::default()))),
                     cancel: CancellationToken::new(),
                     client: crate::call::ClientView::default(),
+                    timeout: None,
                 };
                 for uri in left.unsubscribe {
                     let (conn, hub, ctx) = (conn.clone(), hub.clone(), own_ctx(conn));

@@ -56,27 +56,37 @@ impl Conn {
         ctx: &CallCtx,
     ) -> Result<Response, UpstreamError> {
         // Time spent queued for an in-flight slot counts against the request timeout.
-        let deadline = tokio::time::Instant::now() + self.core.request_timeout;
+        let timeout = ctx.timeout.unwrap_or(self.core.request_timeout);
+        let deadline = tokio::time::Instant::now() + timeout;
         let _in_use = match &self.core.idle {
             Some(idle) => Some(idle.enter().await),
             None => None,
         };
-        let _permit = self.in_flight_permit(ctx, deadline).await?;
+        let _permit = self.in_flight_permit(ctx, deadline, timeout).await?;
         let (gen, info) = self.core.wait_ready(&ctx.cancel).await?;
-        if info.is_stateless() {
-            return super::bridge::call_stateless(&self.core, gen, method, params, ctx, deadline)
-                .await;
-        }
-        self.core
-            .request(
-                gen,
-                method,
-                for_session_era(params),
-                Some(ctx.sink.clone()),
-                &ctx.cancel,
-                deadline.saturating_duration_since(tokio::time::Instant::now()),
-            )
-            .await
+        let r = if info.is_stateless() {
+            super::bridge::call_stateless(&self.core, gen, method, params, ctx, deadline).await
+        } else {
+            self.core
+                .request(
+                    gen,
+                    method,
+                    for_session_era(params),
+                    Some(ctx.sink.clone()),
+                    &ctx.cancel,
+                    deadline.saturating_duration_since(tokio::time::Instant::now()),
+                )
+                .await
+        };
+        // The limit the client is told of is the configured one, not what was left
+        // of it once the connection was ready.
+        r.map_err(|e| match e {
+            UpstreamError::Timeout { backend, .. } => UpstreamError::Timeout {
+                backend,
+                after: timeout,
+            },
+            e => e,
+        })
     }
 
     /// Waits for an in-flight slot when the connection has a limit: immediately
@@ -85,6 +95,7 @@ impl Conn {
         &self,
         ctx: &CallCtx,
         deadline: tokio::time::Instant,
+        timeout: std::time::Duration,
     ) -> Result<Option<tokio::sync::SemaphorePermit<'_>>, UpstreamError> {
         let Some((sem, limit)) = &self.core.slots else {
             return Ok(None);
@@ -104,7 +115,7 @@ impl Conn {
             p = sem.acquire() => p.map(Some).map_err(|_| UpstreamError::Closed { backend: self.core.name.clone() }),
             _ = tokio::time::sleep_until(deadline) => Err(UpstreamError::Timeout {
                 backend: self.core.name.clone(),
-                after: self.core.request_timeout,
+                after: timeout,
             }),
             _ = ctx.cancel.cancelled() => Err(UpstreamError::Cancelled),
         };

@@ -156,6 +156,7 @@ pub(super) async fn own_request(
             era: crate::mcp::Era::Stateless,
             access: None,
         },
+        timeout: None,
     };
     match app.router.dispatch(route, req, ctx).await.0 {
         Some(Response { outcome: Ok(r), .. }) => {
