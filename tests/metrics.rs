@@ -199,3 +199,40 @@ async fn metrics_after_real_traffic_pass_promtool_and_are_the_dashboards_names()
         "a closed stream still counted"
     );
 }
+
+/// `server.metrics_listen`: metrics (and the probes) on an address of their own,
+/// while the client port serves none when `metrics = false`.
+#[tokio::test]
+async fn metrics_can_have_a_listener_of_their_own() {
+    let port = free_port();
+    let g = gantry()
+        .server(&format!("metrics_listen = \"127.0.0.1:{port}\""))
+        .server("metrics = false")
+        .backend(example())
+        .start();
+    let mut c = g.client();
+    c.initialize().await;
+    let main = reqwest::get(format!("{}/metrics", g.base)).await.unwrap();
+    assert_eq!(main.status(), 404, "metrics on the client port");
+    let own = reqwest::get(format!("http://127.0.0.1:{port}/metrics"))
+        .await
+        .unwrap();
+    assert_eq!(own.status(), 200);
+    let text = own.text().await.unwrap();
+    assert!(
+        sample(&text, "gantry_sessions").is_some_and(|n| n >= 1.0),
+        "{text}"
+    );
+    let ready = reqwest::get(format!("http://127.0.0.1:{port}/readyz"))
+        .await
+        .unwrap();
+    assert_eq!(ready.status(), 200);
+    // Nothing else is served there.
+    let mcp = reqwest::Client::new()
+        .post(format!("http://127.0.0.1:{port}/mcp"))
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(mcp.status(), 404);
+}

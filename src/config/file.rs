@@ -235,6 +235,10 @@ pub struct ServerConfig {
     /// Serve Prometheus metrics at `/metrics` (outside the Host and auth checks, like
     /// the health endpoints). Default true.
     pub metrics: bool,
+    /// Also serve `/metrics` (and `/healthz`, `/readyz`) on this address of its own,
+    /// e.g. `0.0.0.0:9090` for a scraper on another network than the clients.
+    /// Default: none.
+    pub metrics_listen: Option<String>,
     /// On SIGTERM, how long in-flight requests may take to finish. Default `10s`.
     #[serde(with = "humantime_serde")]
     pub shutdown_grace: Duration,
@@ -301,6 +305,7 @@ impl Default for ServerConfig {
             sse_retry: Duration::from_secs(1),
             legacy_sse: true,
             metrics: true,
+            metrics_listen: None,
             shutdown_grace: Duration::from_secs(10),
             input_timeout: Duration::from_secs(5 * 60),
             header_timeout: Duration::from_secs(30),

@@ -39,6 +39,17 @@ impl ConfigFile {
                 None
             }
         };
+        if let Some(m) = &self.server.metrics_listen {
+            match m.parse::<SocketAddr>() {
+                Ok(a) if Some(a) == listen => problems.push(format!(
+                    "server.metrics_listen: `{m}` is server.listen itself (metrics are served there already; say another port)"
+                )),
+                Ok(_) => {}
+                Err(_) => problems.push(format!(
+                    "server.metrics_listen: `{m}` is not an address like 0.0.0.0:9090"
+                )),
+            }
+        }
         if !self.server.path.starts_with('/') || self.server.path.len() < 2 {
             problems.push(format!(
                 "server.path: `{}` must start with `/` and name a path, like /mcp",

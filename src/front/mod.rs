@@ -405,6 +405,38 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     stop: CancellationToken,
 ) -> std::io::Result<()> {
+    let metrics_listener = match &app.cfg.server.metrics_listen {
+        Some(addr) => Some(tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+            std::io::Error::new(e.kind(), format!("server.metrics_listen {addr}: {e}"))
+        })?),
+        None => None,
+    };
+    if let Some(l) = metrics_listener {
+        let routes = axum::Router::new()
+            .route("/metrics", get(metrics))
+            .route("/healthz", get(|| async { "ok" }))
+            .route("/readyz", get(ready))
+            .with_state(app.clone());
+        let server = &app.cfg.server;
+        // Bounded like the main door (head timeout, write stalls, a small cap); a
+        // scrape is not client traffic, so its bytes are not counted as such.
+        let limits = conn::ConnLimits {
+            header_timeout: server.header_timeout,
+            write_timeout: server.write_timeout,
+            max_connections: 64,
+        };
+        let bytes = conn::ByteCounters {
+            received: prometheus::IntCounter::new("unregistered", "-")
+                .map_err(std::io::Error::other)?,
+            sent: prometheus::IntCounter::new("unregistered", "-")
+                .map_err(std::io::Error::other)?,
+        };
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let conns = conn::accept(l, routes, limits, bytes, None, stop).await;
+            conns.close(Duration::from_secs(1)).await;
+        });
+    }
     let reaper = {
         let app = app.clone();
         tokio::spawn(async move {
