@@ -433,11 +433,13 @@ pub(crate) async fn run_tracked_as(
                 Ok(None) => return None,
                 Err(busy) => {
                     tracing::info!(method = %req.method, rule = %busy.rule, "no place for the call");
-                    app.metrics.observe_request(
-                        method,
-                        metrics::Outcome::Failed(crate::fault::Fault::Gateway),
-                        started.elapsed(),
-                    );
+                    let outcome = metrics::Outcome::Failed(crate::fault::Fault::Gateway);
+                    app.metrics
+                        .observe_request(method, outcome, started.elapsed());
+                    if let Some(t) = &tool {
+                        app.metrics
+                            .observe_tool(app.backend_of(t), t, outcome, started.elapsed());
+                    }
                     return Some(Response::err(
                         Some(req.id),
                         &RpcError::new(crate::limits::RATE_LIMITED, busy.message())
