@@ -43,6 +43,8 @@ pub struct CallCtx {
     /// How long the backend has to answer, when not its `request_timeout`
     /// (`[[limits.timeouts]]`).
     pub timeout: Option<std::time::Duration>,
+    /// The client request's span, when tracing is on: backend hops are its children.
+    pub trace: Option<crate::telemetry::trace::RequestSpan>,
 }
 
 /// What a backend of the stateless era needs to know about the client with each

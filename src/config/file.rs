@@ -25,6 +25,44 @@ pub struct ConfigFile {
     /// Rate limits. Default: none.
     #[serde(default)]
     pub limits: LimitsConfig,
+    /// OpenTelemetry traces. Default: off.
+    #[serde(default)]
+    pub tracing: Option<TracingConfig>,
+}
+
+/// Traces exported over OTLP/HTTP (`[tracing]`).
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct TracingConfig {
+    /// The collector's OTLP/HTTP address, e.g. `http://otel-collector:4318` (spans go
+    /// to its `/v1/traces`, protobuf). `${VAR}` is replaced with the variable's value.
+    pub endpoint: String,
+    /// `service.name` of the spans. Default `gantry`.
+    #[serde(default = "default_service_name")]
+    pub service_name: String,
+    /// Share of traces started here that are kept, 0.0-1.0 (a client's sampled flag
+    /// is followed). Default 1.0.
+    #[serde(default = "default_sample_ratio")]
+    pub sample_ratio: f64,
+    /// An export must finish within this. Default `10s`.
+    #[serde(default = "default_export_timeout", with = "humantime_serde")]
+    pub timeout: Duration,
+    /// Headers sent with every export (a collector's credentials); values may use
+    /// `${VAR}`.
+    #[serde(default)]
+    pub headers: std::collections::BTreeMap<String, String>,
+}
+
+fn default_service_name() -> String {
+    "gantry".into()
+}
+
+fn default_sample_ratio() -> f64 {
+    1.0
+}
+
+fn default_export_timeout() -> Duration {
+    Duration::from_secs(10)
 }
 
 /// Rate limits (`[limits]`, `[[limits.rules]]`).

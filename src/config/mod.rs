@@ -60,6 +60,8 @@ pub struct Config {
     pub auth: AuthConfig,
     /// Rate limits (validated: rates, keys, names).
     pub limits: LimitsConfig,
+    /// `[tracing]` (validated: endpoint, ratio; `${VAR}` replaced).
+    pub tracing: Option<TracingConfig>,
 }
 
 impl Config {
@@ -348,6 +350,39 @@ mod tests {
         ] {
             let err = check(limits).unwrap_err().to_string();
             assert!(err.contains(want), "{limits}: {err}");
+        }
+    }
+
+    #[test]
+    fn tracing_is_checked_before_start() {
+        let check = |tracing: &str| {
+            let text = format!(
+                "[[backends]]\nname = \"a\"\nstdio = {{ command = \"a\" }}\n[tracing]\n{tracing}"
+            );
+            let file: ConfigFile = toml::from_str(&text).unwrap();
+            file.validate("t.toml", &env)
+        };
+        let ok = check(
+            "endpoint = \"http://otel:4318\"\nheaders = { authorization = \"Bearer ${TOKEN}\" }\n",
+        )
+        .unwrap()
+        .tracing
+        .unwrap();
+        assert_eq!(ok.headers["authorization"], "Bearer s3cret");
+        assert_eq!(ok.sample_ratio, 1.0);
+        for (tracing, want) in [
+            (
+                "endpoint = \"grpc://otel:4317\"\n",
+                "scheme `grpc` is not http or https",
+            ),
+            (
+                "endpoint = \"http://otel:4318\"\nsample_ratio = 2.0\n",
+                "tracing.sample_ratio",
+            ),
+            ("endpoint = \"${NOPE}\"\n", "`NOPE` is not set"),
+        ] {
+            let err = check(tracing).unwrap_err().to_string();
+            assert!(err.contains(want), "{tracing}: {err}");
         }
     }
 

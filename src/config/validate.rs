@@ -310,6 +310,9 @@ impl ConfigFile {
         }
         validate_auth(&mut self.auth, &mut problems);
         validate_limits(&mut self.limits, env, &mut problems);
+        if let Some(t) = self.tracing.as_mut() {
+            validate_tracing(t, env, &mut problems);
+        }
         super::validate_oauth::check(&mut self.server, listen, &mut self.auth, env, &mut problems);
         match (problems.is_empty(), listen) {
             (true, Some(listen)) => Ok(Config {
@@ -319,6 +322,7 @@ impl ConfigFile {
                 backends: self.backends,
                 auth: self.auth,
                 limits: self.limits,
+                tracing: self.tracing,
             }),
             _ => Err(ConfigError::Invalid {
                 path: origin.to_owned(),
@@ -384,6 +388,45 @@ pub fn parse_rate(rate: &str) -> Option<(u32, Duration)> {
         _ => return None,
     };
     Some((n, period))
+}
+
+/// Checks `[tracing]`.
+fn validate_tracing(
+    t: &mut crate::config::TracingConfig,
+    env: &dyn Fn(&str) -> Option<String>,
+    problems: &mut Vec<String>,
+) {
+    match interpolate(&t.endpoint, env) {
+        Ok(u) => t.endpoint = u,
+        Err(var) => problems.push(format!(
+            "tracing.endpoint: environment variable `{var}` is not set"
+        )),
+    }
+    match reqwest::Url::parse(&t.endpoint) {
+        Ok(u) if matches!(u.scheme(), "http" | "https") => {}
+        Ok(u) => problems.push(format!(
+            "tracing.endpoint: scheme `{}` is not http or https (OTLP/HTTP, e.g. http://otel-collector:4318)",
+            u.scheme()
+        )),
+        Err(e) => problems.push(format!("tracing.endpoint: `{}`: {e}", t.endpoint)),
+    }
+    if !(0.0..=1.0).contains(&t.sample_ratio) {
+        problems.push(format!(
+            "tracing.sample_ratio: {} is not between 0.0 and 1.0",
+            t.sample_ratio
+        ));
+    }
+    if t.timeout.is_zero() {
+        problems.push("tracing.timeout: must be more than 0".into());
+    }
+    for (k, v) in t.headers.iter_mut() {
+        match interpolate(v, env) {
+            Ok(x) => *v = x,
+            Err(var) => problems.push(format!(
+                "tracing.headers.{k}: environment variable `{var}` is not set"
+            )),
+        }
+    }
 }
 
 /// A limit's name: 1-64 of `A-Z a-z 0-9 _ - .` (it appears in answers and labels).

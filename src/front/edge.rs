@@ -283,3 +283,32 @@ fn limited_call(
     };
     super::http::json_response(resp.to_json())
 }
+
+/// A client's `traceparent` (and `tracestate`) header, for requests that carry no
+/// trace context in `_meta`: moved into `_meta`, where the MCP specification carries
+/// it to every backend (stdio ones have no headers).
+pub(super) fn adopt_trace_header<'a>(
+    headers: &axum::http::HeaderMap,
+    messages: impl IntoIterator<Item = &'a mut crate::jsonrpc::Message>,
+) {
+    let Some(traceparent) = headers.get("traceparent").and_then(|v| v.to_str().ok()) else {
+        return;
+    };
+    let w3c = crate::telemetry::trace::W3c {
+        traceparent: traceparent.trim().to_owned(),
+        tracestate: headers
+            .get("tracestate")
+            .and_then(|v| v.to_str().ok())
+            .map(|s| s.trim().to_owned()),
+    };
+    if w3c.span_context().is_none() {
+        return;
+    }
+    for m in messages {
+        if let crate::jsonrpc::Message::Request(r) = m {
+            if crate::telemetry::trace::from_meta(r.params.as_deref()).is_none() {
+                r.params = crate::telemetry::trace::with_meta(r.params.take(), &w3c);
+            }
+        }
+    }
+}

@@ -74,11 +74,12 @@ pub(super) async fn message(
         Ok(b) => b,
         Err(e) => return e.into_response(),
     };
-    let messages = match Incoming::parse(&body) {
+    let mut messages = match Incoming::parse(&body) {
         Ok(Incoming::Single(m)) => vec![m],
         Ok(Incoming::Batch(ms)) => ms,
         Err(e) => return FrontError::from(e).into_response(),
     };
+    super::edge::adopt_trace_header(&parts.headers, messages.iter_mut());
     let requests = messages.iter().filter_map(|m| match m {
         Message::Request(r) => Some(r),
         _ => None,

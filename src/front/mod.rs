@@ -53,6 +53,8 @@ pub struct App {
     pub auth: Authenticator,
     /// `[[limits.rules]]`, if any.
     pub limits: Option<Arc<crate::limits::Limits>>,
+    /// `[tracing]`, if configured.
+    pub tracing: Option<Arc<crate::telemetry::trace::Tracing>>,
     /// HTTPS (`server.tls`), if configured.
     pub tls: Option<Arc<tls::Tls>>,
     /// `[[auth.rules]]`, if any.
@@ -86,6 +88,8 @@ pub enum AppError {
     Auth(String),
     #[error(transparent)]
     Tls(#[from] tls::TlsError),
+    #[error(transparent)]
+    Tracing(#[from] crate::telemetry::trace::TraceError),
 }
 
 impl App {
@@ -126,6 +130,10 @@ impl App {
             auth,
             policy: crate::auth::policy::Policy::new(&cfg.auth.rules),
             limits: crate::limits::Limits::new(&cfg.limits),
+            tracing: match &cfg.tracing {
+                Some(t) => Some(crate::telemetry::trace::Tracing::new(t)?),
+                None => None,
+            },
             tls: match &cfg.server.tls {
                 Some(t) => Some(tls::Tls::new(&t.cert, &t.key)?),
                 None => None,
@@ -554,6 +562,10 @@ pub async fn serve(
     let _ = pools.await;
     required.abort();
     app.router.shutdown().await;
+    // The spans still buffered are exported (bounded by tracing.timeout).
+    if let Some(t) = app.tracing.clone() {
+        let _ = tokio::task::spawn_blocking(move || t.shutdown()).await;
+    }
     let fatal = fatal.lock().take();
     match fatal {
         Some(why) => Err(std::io::Error::other(why)),

@@ -85,10 +85,14 @@ pub(super) async fn post(app: Arc<App>, principal: Principal, req: HttpRequest) 
         Ok(a) => a,
         Err(e) => return e.into_response(),
     };
-    let incoming = match read_message(&app, body, &headers).await {
+    let mut incoming = match read_message(&app, body, &headers).await {
         Ok(i) => i,
         Err(e) => return e.into_response(),
     };
+    match &mut incoming {
+        Incoming::Single(m) => super::edge::adopt_trace_header(&headers, [m]),
+        Incoming::Batch(ms) => super::edge::adopt_trace_header(&headers, ms.iter_mut()),
+    }
     match classify(&app, &principal, &headers, incoming) {
         Target::Stateless(m) => {
             if let Message::Request(r) = &m {
@@ -399,6 +403,10 @@ pub(crate) async fn run_tracked_as(
             .as_ref()
             .zip(tool.as_deref())
             .and_then(|(l, t)| l.timeout_for(t)),
+        trace: app.tracing.as_ref().map(|t| {
+            let parent = crate::telemetry::trace::from_meta(req.params.as_deref());
+            t.request(&req.method, tool.as_deref(), parent.as_ref())
+        }),
     };
     let Some(route) = session.route() else {
         return Some(Response::err(
@@ -450,7 +458,15 @@ pub(crate) async fn run_tracked_as(
         }
         _ => None,
     };
+    let span = ctx.trace.clone();
     let (resp, outcome) = app.router.dispatch(route, req, ctx).await;
+    if let (Some(span), metrics::Outcome::Failed(_)) = (&span, outcome) {
+        let why = resp
+            .as_ref()
+            .and_then(|r| r.outcome.as_ref().err())
+            .and_then(|e| crate::jsonrpc::string_field(Some(e), "message"));
+        span.set_error(why.as_deref().unwrap_or("failed"));
+    }
     app.metrics
         .observe_request(method, outcome, started.elapsed());
     if let Some(t) = &tool {

@@ -100,6 +100,7 @@ impl SessionRoute {
                     cancel: CancellationToken::new(),
                     client: crate::call::ClientView::default(),
                     timeout: None,
+                    trace: None,
                 };
                 for uri in left.unsubscribe {
                     let (conn, hub, ctx) = (conn.clone(), hub.clone(), own_ctx(conn));

@@ -3,6 +3,7 @@
 //! Logs go to stderr.
 
 pub mod metrics;
+pub mod trace;
 
 use std::io::IsTerminal;
 use tracing_subscriber::EnvFilter;

@@ -105,6 +105,7 @@ pub(super) async fn call_stateless(
     params: Option<Box<RawValue>>,
     ctx: &CallCtx,
     deadline: tokio::time::Instant,
+    trace_headers: Vec<(String, String)>,
 ) -> Result<Response, UpstreamError> {
     let done = || Ok(Response::ok(RequestId::from_u64(0), empty_object()));
     match method {
@@ -142,11 +143,12 @@ pub(super) async fn call_stateless(
         _ => {}
     }
     let base = for_stateless_era(params, &ctx.client);
-    let headers = if method == "tools/call" && !core.direct {
+    let mut headers = if method == "tools/call" && !core.direct {
         param_headers(core, gen, &base).await
     } else {
         Vec::new()
     };
+    headers.extend(trace_headers);
     let mut params = Some(to_raw(&base));
     for _ in 0..MAX_INPUT_ROUNDS {
         let resp = core

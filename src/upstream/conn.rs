@@ -7,6 +7,7 @@ use super::error::UpstreamError;
 use crate::call::{CallCtx, Sink};
 use crate::jsonrpc::{Notification, Response};
 use crate::mcp::Era;
+use crate::telemetry::trace;
 use parking_lot::Mutex;
 use serde_json::value::RawValue;
 use std::sync::atomic::Ordering;
@@ -64,20 +65,47 @@ impl Conn {
         };
         let _permit = self.in_flight_permit(ctx, deadline, timeout).await?;
         let (gen, info) = self.core.wait_ready(&ctx.cancel).await?;
+        // The trace context the backend gets: the hop's span when tracing is on (in
+        // `_meta` and, for HTTP, the headers), else the client's, passed on as is.
+        let (mut hop, w3c, params) = match &ctx.trace {
+            Some(span) => {
+                let target = (method == "tools/call")
+                    .then(|| crate::jsonrpc::string_field(params.as_deref(), "name"))
+                    .flatten();
+                let (hop, w3c) = span.hop(&self.core.name, method, target.as_deref());
+                let params = trace::with_meta(params, &w3c);
+                (Some(hop), Some(w3c), params)
+            }
+            None => (None, trace::from_meta(params.as_deref()), params),
+        };
+        let trace_headers = w3c.map(|w| w.headers()).unwrap_or_default();
         let r = if info.is_stateless() {
-            super::bridge::call_stateless(&self.core, gen, method, params, ctx, deadline).await
+            super::bridge::call_stateless(
+                &self.core,
+                gen,
+                method,
+                params,
+                ctx,
+                deadline,
+                trace_headers,
+            )
+            .await
         } else {
             self.core
-                .request(
+                .request_with(
                     gen,
                     method,
                     for_session_era(params),
                     Some(ctx.sink.clone()),
                     &ctx.cancel,
                     deadline.saturating_duration_since(tokio::time::Instant::now()),
+                    trace_headers,
                 )
                 .await
         };
+        if let (Some(hop), Err(e)) = (hop.as_mut(), &r) {
+            hop.set_error(&e.to_string());
+        }
         // The limit the client is told of is the configured one, not what was left
         // of it once the connection was ready.
         r.map_err(|e| match e {

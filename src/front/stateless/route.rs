@@ -157,6 +157,7 @@ pub(super) async fn own_request(
             access: None,
         },
         timeout: None,
+        trace: None,
     };
     match app.router.dispatch(route, req, ctx).await.0 {
         Some(Response { outcome: Ok(r), .. }) => {
