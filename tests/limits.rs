@@ -332,3 +332,60 @@ async fn a_tools_own_timeout_replaces_its_backends_request_timeout() {
     let r = c.call_tool(json!(1), "slow", json!({"ms": 1500})).await;
     assert_eq!(r["result"]["content"][0]["text"], "done", "{r}");
 }
+
+/// `key = ["backend"]` counts each backend's calls together (a burst of 2, then
+/// refused), `key = ["method"]` each method apart, and `methods` takes globs.
+#[tokio::test]
+async fn backend_and_method_keys_count_apart_with_their_bursts() {
+    let g = gantry()
+        .section(&rule(
+            "name = \"per-backend\"\nrate = \"1/h\"\nburst = 2\nkey = [\"backend\"]\nmethods = [\"tools/call\"]",
+        ))
+        .section(&rule(
+            "name = \"lists\"\nrate = \"1/h\"\nkey = [\"method\"]\nmethods = [\"*/list\"]",
+        ))
+        .backend(example().named("a"))
+        .backend(example().named("b"))
+        .start();
+    let mut c = g.client();
+    c.initialize().await;
+    for i in 0..2 {
+        let r = c
+            .call_tool(json!(i), "a__echo", json!({"message": "m"}))
+            .await;
+        assert_eq!(r["result"]["content"][0]["text"], "m", "{r}");
+    }
+    let r = c
+        .call_tool(json!(5), "a__echo", json!({"message": "m"}))
+        .await;
+    assert_eq!(
+        r["error"]["code"], -32029,
+        "backend a's burst of 2 is spent: {r}"
+    );
+    assert_eq!(r["error"]["data"]["rule"], "per-backend");
+    let r = c
+        .call_tool(json!(6), "b__echo", json!({"message": "m"}))
+        .await;
+    assert_eq!(
+        r["result"]["content"][0]["text"], "m",
+        "backend b has its own: {r}"
+    );
+
+    // One tools/list, one prompts/list; the second of each is refused whole (429).
+    for method in ["tools/list", "prompts/list"] {
+        let r = c.request(json!(method), method, json!({})).await;
+        assert!(
+            r.response(&json!(method)).unwrap()["result"].is_object(),
+            "{}",
+            r.raw
+        );
+        let r = c.request(json!(9), method, json!({})).await;
+        assert_eq!(r.status, 429, "second {method}: {}", r.raw);
+        assert!(r.headers.get("retry-after").is_some());
+    }
+    // Not covered: a method no glob names.
+    let r = c
+        .request(json!(10), "resources/templates/list", json!({}))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.raw);
+}

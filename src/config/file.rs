@@ -157,7 +157,8 @@ pub struct LimitRuleConfig {
     /// Requests admitted at once beyond the average. Default: N of `rate`.
     #[serde(default)]
     pub burst: Option<u32>,
-    /// Covers these methods only (`tools/call`, `initialize`, …). Default: all.
+    /// Covers these methods only (globs: `tools/call`, `initialize`, `resources/*`, …).
+    /// Default: all.
     #[serde(default)]
     pub methods: Vec<String>,
     /// Covers calls of these tools only (globs over the names clients see).

@@ -225,7 +225,7 @@ fn rule(cfg: &LimitRuleConfig) -> Option<Rule> {
 impl Rule {
     /// Whether the rule covers this request.
     fn covers(&self, a: &Ask<'_>) -> bool {
-        if !self.methods.is_empty() && !self.methods.iter().any(|m| m == a.method) {
+        if !self.methods.is_empty() && !self.methods.iter().any(|m| glob(m, a.method)) {
             return false;
         }
         let named = |globs: &[String], method: &str| {
