@@ -25,6 +25,18 @@ fn store(redis: &Redis, rules: &str) -> String {
     )
 }
 
+/// One Gantry in front of the example server with `rules` kept in `redis`, and an
+/// initialized client.
+async fn example_behind(redis: &Redis, rules: &str) -> (Gantry, Client) {
+    let g = gantry()
+        .section(&store(redis, rules))
+        .backend(example())
+        .start();
+    let mut c = g.client();
+    c.initialize().await;
+    (g, c)
+}
+
 /// `tools/call` requests the backend received, for `tool` (any when `None`).
 fn received(record: &std::path::Path, tool: Option<&str>) -> usize {
     recorded(record)
@@ -187,12 +199,7 @@ async fn with_redis_gone_each_rule_keeps_its_policy_and_limits_return_with_it() 
 async fn requests_certainly_over_are_refused_without_asking_redis() {
     let redis = Redis::start();
     let rules = "[[limits.rules]]\nname = \"r\"\nrate = \"1/h\"\nmethods = [\"tools/call\"]\n";
-    let g = gantry()
-        .section(&store(&redis, rules))
-        .backend(example())
-        .start();
-    let mut c = g.client();
-    c.initialize().await;
+    let (_g, c) = example_behind(&redis, rules).await;
     let mut admitted = 0;
     for i in 0..30 {
         let r = c.call_tool(json!(i), "echo", json!({"message": "x"})).await;
@@ -214,12 +221,7 @@ async fn requests_certainly_over_are_refused_without_asking_redis() {
 async fn a_redis_that_hangs_costs_at_most_its_timeout() {
     let redis = Redis::start();
     let rules = "[[limits.rules]]\nname = \"r\"\nrate = \"2/h\"\nmethods = [\"tools/call\"]\n";
-    let g = gantry()
-        .section(&store(&redis, rules))
-        .backend(example())
-        .start();
-    let mut c = g.client();
-    c.initialize().await;
+    let (_g, c) = example_behind(&redis, rules).await;
     assert_eq!(
         answer(&c.call_tool(json!(1), "echo", json!({"message": "x"})).await),
         Answer::Admitted
