@@ -380,6 +380,10 @@ mod tests {
                 "tracing.sample_ratio",
             ),
             ("endpoint = \"${NOPE}\"\n", "`NOPE` is not set"),
+            (
+                "endpoint = \"http://otel:4318\"\nheaders = { \"bad name\" = \"x\" }\n",
+                "`bad name` is not an HTTP header name",
+            ),
         ] {
             let err = check(tracing).unwrap_err().to_string();
             assert!(err.contains(want), "{tracing}: {err}");

@@ -420,11 +420,22 @@ fn validate_tracing(
         problems.push("tracing.timeout: must be more than 0".into());
     }
     for (k, v) in t.headers.iter_mut() {
+        if reqwest::header::HeaderName::from_bytes(k.as_bytes()).is_err() {
+            problems.push(format!(
+                "tracing.headers: `{}` is not an HTTP header name",
+                k.escape_debug()
+            ));
+        }
         match interpolate(v, env) {
             Ok(x) => *v = x,
             Err(var) => problems.push(format!(
                 "tracing.headers.{k}: environment variable `{var}` is not set"
             )),
+        }
+        if reqwest::header::HeaderValue::from_str(v).is_err() {
+            problems.push(format!(
+                "tracing.headers.{k}: the value is not a valid HTTP header value (control characters?)"
+            ));
         }
     }
 }

@@ -441,6 +441,9 @@ pub(crate) async fn run_tracked_as(
                 Ok(None) => return None,
                 Err(busy) => {
                     tracing::info!(method = %req.method, rule = %busy.rule, "no place for the call");
+                    if let Some(span) = &ctx.trace {
+                        span.set_error(&busy.message());
+                    }
                     let outcome = metrics::Outcome::Failed(crate::fault::Fault::Gateway);
                     app.metrics
                         .observe_request(method, outcome, started.elapsed());
