@@ -5,13 +5,16 @@
 #
 #   tests/interop/run.sh [--target T[,T..]] [--client C[,C..]] [--backend stdio|http]
 #                        [--front direct,gantry,gantry-sse] [--scenarios S[,S..]] [--no-oauth]
+#                        [--no-limits]
 #
 #   targets:  session-only dual-era stateless-only dual-era-py
 #   clients:  ts-v1/session ts-v2/session ts-v2/auto ts-v2/stateless
 #             py/session py/auto py/stateless   (or a prefix: ts-v2, py)
 #
 # After the matrix, the OAuth leg (oauth.sh: the SDK clients' own OAuth login and step-up,
-# directly and through Gantry; --no-oauth skips it; results in OUT/oauth).
+# directly and through Gantry; --no-oauth skips it; results in OUT/oauth), then the limits
+# leg (limits.sh: what the SDK clients see when Gantry rate-limits them, in front of
+# server-everything; --no-limits skips it; results in OUT/limits).
 #
 # Environment: GANTRY_BIN (default target/debug/gantry; not built here),
 # INTEROP_OUT (results folder, default a new temporary one), INTEROP_CACHE (the Python
@@ -23,7 +26,7 @@ cd "$here"
 
 targets_all="session-only dual-era stateless-only dual-era-py"
 clients_all="ts-v1/session ts-v2/session ts-v2/auto ts-v2/stateless py/session py/auto py/stateless"
-targets=$targets_all clients=$clients_all backends="stdio http" fronts="direct gantry gantry-sse" scenarios= oauth=1
+targets=$targets_all clients=$clients_all backends="stdio http" fronts="direct gantry gantry-sse" scenarios= oauth=1 limits=1
 while [[ $# -gt 0 ]]; do
   case $1 in
     --target) targets=${2//,/ }; shift 2 ;;
@@ -32,7 +35,8 @@ while [[ $# -gt 0 ]]; do
     --front) fronts=${2//,/ }; shift 2 ;;
     --scenarios) scenarios=$2; shift 2 ;;
     --no-oauth) oauth=0; shift ;;
-    -h|--help) sed -n '2,19p' "$here/run.sh"; exit 0 ;;
+    --no-limits) limits=0; shift ;;
+    -h|--help) sed -n '2,22p' "$here/run.sh"; exit 0 ;;
     *) echo "unknown option: $1" >&2; exit 2 ;;
   esac
 done
@@ -198,5 +202,10 @@ if [[ $oauth == 1 ]]; then
   # The same private Gantry copy; the example server from next to GANTRY_BIN.
   GANTRY_BIN=$out/gantry GANTRY_EXAMPLE_BIN=$gantry_dir/gantry-example INTEROP_PY=$py INTEROP_OUT=$out/oauth \
     bash "$here/oauth.sh" || status=1
+fi
+if [[ $limits == 1 ]]; then
+  echo
+  # The same private Gantry copy and venv.
+  GANTRY_BIN=$out/gantry INTEROP_PY=$py INTEROP_OUT=$out/limits bash "$here/limits.sh" || status=1
 fi
 exit $status
