@@ -86,6 +86,87 @@ fn parse_params(params: Option<&RawValue>) -> indexmap::IndexMap<String, Box<Raw
         .unwrap_or_default()
 }
 
+/// Where `uri` lives, from what this session's lists and tool results said.
+fn lookup_uri(route: &SessionRoute, uri: &str) -> Option<usize> {
+    let cat = route.catalog.lock();
+    if let Some(i) = cat.uris.get(uri) {
+        return Some(*i);
+    }
+    cat.templates
+        .iter()
+        .filter(|(prefix, _)| uri.starts_with(prefix.as_str()))
+        .max_by_key(|(prefix, _)| prefix.len())
+        .map(|(_, i)| *i)
+}
+
+/// Records that backend `idx` serves `uri`. Two backends announcing one URI: the one
+/// configured first keeps it (logged), so a later backend cannot take over another's
+/// resources.
+fn remember_uri(
+    uris: &mut HashMap<String, usize>,
+    uri: &str,
+    idx: usize,
+    slots: &[std::sync::Arc<super::slot::Slot>],
+) {
+    match uris.get(uri) {
+        Some(&held) if held < idx => {
+            let name = |i: usize| slots.get(i).map(|s| s.cfg.name.as_str()).unwrap_or("?");
+            tracing::warn!(
+                uri = %uri.chars().take(200).collect::<String>(),
+                kept = name(held),
+                ignored = name(idx),
+                "two backends announce one resource URI; the one configured first serves it"
+            );
+        }
+        _ => {
+            uris.insert(uri.to_owned(), idx);
+        }
+    }
+}
+
+/// Remembers the URIs a tool result names (`resource_link`, embedded resources), so
+/// that reading one works without listing first.
+fn remember_linked_uris(route: &SessionRoute, idx: usize, result: &RawValue) {
+    #[derive(serde::Deserialize)]
+    struct Result<'a> {
+        #[serde(borrow, default)]
+        content: Vec<Item<'a>>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Item<'a> {
+        #[serde(borrow, rename = "type", default)]
+        kind: std::borrow::Cow<'a, str>,
+        #[serde(borrow, default)]
+        uri: Option<std::borrow::Cow<'a, str>>,
+        #[serde(borrow, default)]
+        resource: Option<Embedded<'a>>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Embedded<'a> {
+        #[serde(borrow, default)]
+        uri: Option<std::borrow::Cow<'a, str>>,
+    }
+    let raw = result.get();
+    if !raw.contains("\"uri\"") {
+        return;
+    }
+    let Ok(r) = serde_json::from_str::<Result<'_>>(raw) else {
+        return;
+    };
+    let mut cat = route.catalog.lock();
+    for item in r.content {
+        let uri = match item.kind.as_ref() {
+            "resource_link" => item.uri,
+            "resource" => item.resource.and_then(|e| e.uri),
+            _ => None,
+        };
+        if let Some(uri) = uri {
+            // A URI another backend listed stays that backend's.
+            cat.uris.entry(uri.into_owned()).or_insert(idx);
+        }
+    }
+}
+
 fn invalid(msg: impl Into<String>) -> Fail {
     Fail::Own(RpcError::new(code::INVALID_PARAMS, msg))
 }
@@ -125,14 +206,18 @@ impl Router {
                     ))
                 })?;
                 p.insert("name".into(), to_raw(&original));
-                forward(route, idx, method, Some(to_raw(&p)), ctx).await
+                let result = forward(route, idx, method, Some(to_raw(&p)), ctx).await?;
+                if kind == Kind::Tool {
+                    remember_linked_uris(route, idx, &result);
+                }
+                Ok(result)
             }
             "resources/read" => {
                 let uri =
                     crate::jsonrpc::string_field(params.as_deref(), "uri").ok_or_else(|| {
                         invalid(format!("{method}: params.uri (a string) is required"))
                     })?;
-                let idx = self.resolve_uri(route, &uri).ok_or_else(|| {
+                let idx = self.resolve_uri(route, &uri, ctx).await?.ok_or_else(|| {
                     Fail::Own(
                         RpcError::new(code::RESOURCE_NOT_FOUND, "Resource not found")
                             .with_data(json!({ "uri": uri })),
@@ -171,7 +256,8 @@ impl Router {
                             .and_then(Value::as_str)
                             .unwrap_or_default()
                             .to_owned();
-                        self.resolve_uri(route, &uri)
+                        self.resolve_uri(route, &uri, ctx)
+                            .await?
                             .ok_or_else(|| invalid(format!("unknown resource: {uri}")))?
                     }
                     _ => return Err(invalid(
@@ -211,30 +297,32 @@ impl Router {
         })
     }
 
-    pub(crate) fn resolve_uri(&self, route: &SessionRoute, uri: &str) -> Option<usize> {
-        let cat = route.catalog.lock();
-        if let Some(i) = cat.uris.get(uri) {
-            return Some(*i);
+    /// The backend that serves `uri`: one that listed it, returned it from a tool,
+    /// or announced a template it falls under (the longest prefix). Not known yet: the
+    /// resources and templates are listed again first (the session may never have
+    /// listed them). `Ok(None)`: no backend announced it — never a guess.
+    pub(crate) async fn resolve_uri(
+        &self,
+        route: &SessionRoute,
+        uri: &str,
+        ctx: &CallCtx,
+    ) -> Result<Option<usize>, Fail> {
+        if let Some(i) = lookup_uri(route, uri) {
+            return Ok(Some(i));
         }
-        let by_template = cat
-            .templates
-            .iter()
-            .filter(|(prefix, _)| uri.starts_with(prefix.as_str()))
-            .max_by_key(|(prefix, _)| prefix.len())
-            .map(|(_, i)| *i);
-        drop(cat);
-        by_template.or_else(|| {
-            // Only one backend serves resources at all: it is the only candidate.
-            let mut with = (0..route.slots.len()).filter(|&i| {
-                route
-                    .info(i)
-                    .is_some_and(|i| i.capabilities().get("resources").is_some())
-            });
-            match (with.next(), with.next()) {
-                (Some(i), None) => Some(i),
-                _ => None,
+        for (kind, method) in [
+            (Kind::Resource, "resources/list"),
+            (Kind::Template, "resources/templates/list"),
+        ] {
+            // A backend that failed to list is left out (logged by `list`).
+            if let Err(Fail::Cancelled) = self.list(route, kind, method, None, ctx).await {
+                return Err(Fail::Cancelled);
             }
-        })
+            if let Some(i) = lookup_uri(route, uri) {
+                return Ok(Some(i));
+            }
+        }
+        Ok(None)
     }
 
     async fn list(
@@ -316,7 +404,7 @@ impl Router {
                     }
                     Kind::Resource => {
                         if let Some(uri) = item.get("uri").and_then(Value::as_str) {
-                            cat.uris.insert(uri.to_owned(), idx);
+                            remember_uri(&mut cat.uris, uri, idx, &self.slots);
                         }
                     }
                     Kind::Template => {

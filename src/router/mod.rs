@@ -208,7 +208,7 @@ impl Router {
             ))),
             "logging/setLevel" => self.set_level(route, req.params, &ctx).await,
             "resources/subscribe" | "resources/unsubscribe" => {
-                match self.owner_of_uri(route, req.params.as_deref()) {
+                match self.owner_of_uri(route, req.params.as_deref(), &ctx).await {
                     Ok(idx) => {
                         self.subscription(route, idx, &req.method, req.params, &ctx)
                             .await
@@ -293,7 +293,12 @@ impl Router {
         Ok(empty_object())
     }
 
-    fn owner_of_uri(&self, route: &SessionRoute, params: Option<&RawValue>) -> Result<usize, Fail> {
+    async fn owner_of_uri(
+        &self,
+        route: &SessionRoute,
+        params: Option<&RawValue>,
+        ctx: &CallCtx,
+    ) -> Result<usize, Fail> {
         if route.single {
             return Ok(0);
         }
@@ -303,7 +308,7 @@ impl Router {
                 "params.uri (a string) is required",
             ))
         })?;
-        self.resolve_uri(route, &uri).ok_or_else(|| {
+        self.resolve_uri(route, &uri, ctx).await?.ok_or_else(|| {
             Fail::Own(
                 RpcError::new(code::RESOURCE_NOT_FOUND, "Resource not found")
                     .with_data(json!({ "uri": uri })),
