@@ -147,6 +147,23 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Check that a Gantry is alive (`/healthz`) or, with --ready, serving (`/readyz`):
+    /// one line of output, exit status 0 healthy, 1 not. For a container's
+    /// HEALTHCHECK (the image needs no curl).
+    Healthcheck {
+        /// Where Gantry listens (its origin, or any URL of it).
+        #[arg(
+            default_value = "http://127.0.0.1:8080",
+            env = "GANTRY_HEALTHCHECK_URL"
+        )]
+        url: String,
+        /// Ask `/readyz` (every required backend up, not shutting down).
+        #[arg(long)]
+        ready: bool,
+        /// Give up after this long.
+        #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+        timeout: std::time::Duration,
+    },
     /// Run the built-in example MCP server over stdio (the demo backend).
     #[command(hide = true)]
     ExampleServer {
@@ -304,6 +321,27 @@ fn check_config(path: &Path, file_only: bool) -> std::process::ExitCode {
     }
 }
 
+/// `gantry healthcheck`: one line, exit 0 healthy, 1 not.
+fn healthcheck(url: &str, ready: bool, timeout: std::time::Duration) -> std::process::ExitCode {
+    let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    else {
+        eprintln!("gantry healthcheck: cannot start the runtime");
+        return std::process::ExitCode::FAILURE;
+    };
+    match rt.block_on(gantry::status_cli::healthcheck(url, ready, timeout)) {
+        Ok(line) => {
+            println!("healthy: {line}");
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            println!("unhealthy: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
 /// Runs `fut` on a multi-threaded runtime; an error is printed as `what: error`.
 fn status(url: &str, key: Option<&str>, json: bool) -> std::process::ExitCode {
     let Ok(rt) = tokio::runtime::Builder::new_current_thread()
@@ -387,6 +425,11 @@ fn main() -> std::process::ExitCode {
     match &cli.command {
         Some(Command::CheckConfig { file, file_only }) => return check_config(file, *file_only),
         Some(Command::Status { url, key, json }) => return status(url, key.as_deref(), *json),
+        Some(Command::Healthcheck {
+            url,
+            ready,
+            timeout,
+        }) => return healthcheck(url, *ready, *timeout),
         Some(Command::ExampleServer { session_era_only }) => {
             let eras = if *session_era_only {
                 gantry_example::Eras::SessionOnly

@@ -28,6 +28,12 @@ pub enum StatusError {
     },
     #[error("{url} did not answer with Gantry's status JSON: {reason}")]
     NotGantry { url: String, reason: String },
+    #[error("{url}: {status} {said}")]
+    Unhealthy {
+        url: String,
+        status: u16,
+        said: String,
+    },
 }
 
 /// What was read: the text to print and whether Gantry is ready.
@@ -89,6 +95,54 @@ async fn get_json(
         url: shown,
         reason: e.to_string(),
     })
+}
+
+/// `gantry healthcheck`: `/healthz` (alive) or, with `ready`, `/readyz` (serving) of
+/// the Gantry at `given` (its origin, or any URL of it). The one line to print, or why
+/// it is not healthy. Needs nothing in the image but Gantry itself.
+pub async fn healthcheck(
+    given: &str,
+    ready: bool,
+    timeout: Duration,
+) -> Result<String, StatusError> {
+    let mut url = status_url(given)?;
+    url.set_path(if ready { "/readyz" } else { "/healthz" });
+    let shown = url.to_string();
+    let client = reqwest::Client::builder()
+        .timeout(timeout)
+        .build()
+        .map_err(|e| StatusError::Unreachable {
+            url: shown.clone(),
+            reason: e.to_string(),
+        })?;
+    let resp = client
+        .get(url)
+        .send()
+        .await
+        .map_err(|e| StatusError::Unreachable {
+            url: shown.clone(),
+            reason: crate::telemetry::error_chain(&e.without_url()),
+        })?;
+    let status = resp.status().as_u16();
+    let body = crate::bounded::read_bounded(resp, 64 * 1024)
+        .await
+        .unwrap_or_default();
+    let said: String = String::from_utf8_lossy(&body)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .chars()
+        .take(200)
+        .collect();
+    if status == 200 {
+        Ok(format!("{shown}: {status} {said}"))
+    } else {
+        Err(StatusError::Unhealthy {
+            url: shown,
+            status,
+            said,
+        })
+    }
 }
 
 /// Reads `/readyz` and `/status` of the Gantry at `given`.

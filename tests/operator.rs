@@ -618,3 +618,52 @@ async fn parked_connections_give_their_place_under_max_connections() {
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
 }
+
+/// Runs `gantry healthcheck ARGS…`: exit code and its one line of output.
+fn gantry_healthcheck(args: &[&str]) -> (Option<i32>, String) {
+    let out = std::process::Command::new(gantry_bin())
+        .arg("healthcheck")
+        .args(args)
+        .env_remove("GANTRY_HEALTHCHECK_URL")
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+/// `gantry healthcheck` (a container's HEALTHCHECK without curl): alive while the
+/// process serves, ready only once every required backend is; 1 when unreachable.
+#[tokio::test]
+async fn healthcheck_says_alive_and_ready_in_one_line() {
+    let g = gantry()
+        .backend(
+            stdio("slow", "sh", &["-c", "sleep 30"])
+                .set("required = true")
+                .set("init_timeout = \"60s\""),
+        )
+        .start();
+    let (code, out) = gantry_healthcheck(&[&g.base]);
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(out.lines().count(), 1, "{out}");
+    assert!(
+        out.starts_with("healthy: ") && out.contains("/healthz"),
+        "{out}"
+    );
+    // A required backend that never initializes: alive, not ready.
+    let (code, out) = gantry_healthcheck(&["--ready", &g.url]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.starts_with("unhealthy: ") && out.contains("503"),
+        "{out}"
+    );
+    assert!(out.contains("slow"), "names what it waits for: {out}");
+    // Nobody there.
+    let port = free_port();
+    let (code, out) = gantry_healthcheck(&[&format!("http://127.0.0.1:{port}"), "--timeout", "2s"]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("cannot reach"), "{out}");
+    let (code, out) = gantry_healthcheck(&["ftp://x"]);
+    assert_eq!(code, Some(1), "{out}");
+}
