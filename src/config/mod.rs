@@ -284,6 +284,13 @@ mod tests {
         );
         assert_eq!(interpolate("a$$b$c", &env).unwrap(), "a$b$c");
         assert_eq!(interpolate("${NOPE}", &env).unwrap_err(), "NOPE");
+        assert_eq!(interpolate("${NOPE:-dflt}", &env).unwrap(), "dflt");
+        assert_eq!(interpolate("${TOKEN:-dflt}", &env).unwrap(), "s3cret");
+        assert_eq!(interpolate("${NOPE:-}x", &env).unwrap(), "x");
+        assert_eq!(
+            interpolate("http://${NOPE:-localhost:6379}/0", &env).unwrap(),
+            "http://localhost:6379/0"
+        );
     }
 
     #[test]

@@ -584,7 +584,8 @@ fn validate_limits(
     }
 }
 
-/// Replaces `${VAR}` with the variable's value; `$$` is a literal `$`.
+/// Replaces `${VAR}` with the variable's value, `${VAR:-default}` with it or (unset or
+/// empty) the default; `$$` is a literal `$`.
 /// Returns the name of the first missing variable as the error.
 pub fn interpolate(s: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<String, String> {
     let mut out = String::with_capacity(s.len());
@@ -599,9 +600,16 @@ pub fn interpolate(s: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Stri
             match body.find('}') {
                 Some(end) => {
                     let name = body.get(..end).unwrap_or_default();
-                    match env(name) {
-                        Some(v) => out.push_str(&v),
-                        None => return Err(name.to_owned()),
+                    // `${VAR:-default}`: the default when VAR is unset or empty.
+                    match name.split_once(":-") {
+                        Some((var, default)) => match env(var).filter(|v| !v.is_empty()) {
+                            Some(v) => out.push_str(&v),
+                            None => out.push_str(default),
+                        },
+                        None => match env(name) {
+                            Some(v) => out.push_str(&v),
+                            None => return Err(name.to_owned()),
+                        },
                     }
                     rest = body.get(end + 1..).unwrap_or_default();
                 }
