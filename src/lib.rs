@@ -23,3 +23,14 @@ pub mod telemetry;
 #[cfg(test)]
 mod testkit;
 pub mod upstream;
+
+/// `0.1.0 (commit 1a2b3c4d5e6f, 2026-12-01)`: the version, and the commit it was built
+/// from with that commit's date (see build.rs).
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("GANTRY_COMMIT"),
+    ", ",
+    env!("GANTRY_COMMIT_DATE"),
+    ")"
+);

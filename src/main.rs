@@ -19,7 +19,7 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[derive(Parser, Debug)]
 #[command(
     name = "gantry",
-    version,
+    version = gantry::VERSION,
     about,
     after_help = "Examples:
   gantry                                      the built-in demo server at http://127.0.0.1:8080/mcp

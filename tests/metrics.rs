@@ -236,3 +236,35 @@ async fn metrics_can_have_a_listener_of_their_own() {
         .unwrap();
     assert_eq!(mcp.status(), 404);
 }
+
+/// `gantry --version` names the commit (and its date) it was built from, and
+/// `gantry_build_info` carries the same commit.
+#[tokio::test]
+async fn the_version_names_its_commit_in_the_cli_and_the_metrics() {
+    let out = Command::new(env!("CARGO_BIN_EXE_gantry"))
+        .arg("--version")
+        .output()
+        .unwrap();
+    let line = String::from_utf8(out.stdout).unwrap();
+    let rest = line
+        .trim()
+        .strip_prefix(&format!("gantry {} (commit ", env!("CARGO_PKG_VERSION")))
+        .unwrap_or_else(|| panic!("{line}"));
+    let (commit, date) = rest
+        .strip_suffix(')')
+        .and_then(|r| r.split_once(", "))
+        .unwrap_or_else(|| panic!("{line}"));
+    assert!(
+        commit == "unknown"
+            || (commit.len() == 12 && commit.bytes().all(|b| b.is_ascii_hexdigit())),
+        "{line}"
+    );
+    assert!(date == "unknown" || date.len() == 10, "{line}");
+    let g = gantry().backend(example()).start();
+    let text = scrape(&g).await;
+    let series = format!(
+        "gantry_build_info{{commit=\"{commit}\",version=\"{}\"}}",
+        env!("CARGO_PKG_VERSION")
+    );
+    assert_eq!(sample(&text, &series), Some(1.0), "{series} in {text}");
+}

@@ -305,11 +305,14 @@ impl Metrics {
             &["backend", "tool"],
         )?;
         let build_info = IntGaugeVec::new(
-            Opts::new("build_info", "Gantry's version (the value is always 1)"),
-            &["version"],
+            Opts::new(
+                "build_info",
+                "Gantry's version and the commit it was built from (the value is always 1)",
+            ),
+            &["version", "commit"],
         )?;
         build_info
-            .with_label_values(&[env!("CARGO_PKG_VERSION")])
+            .with_label_values(&[env!("CARGO_PKG_VERSION"), env!("GANTRY_COMMIT")])
             .set(1);
         let by_method = METHODS
             .iter()
