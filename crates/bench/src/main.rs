@@ -17,11 +17,11 @@
 //! mode and the RSS growth per session is reported. BENCHMARKS.md describes the method.
 //!
 //! ```text
-//! cargo build --release --bins
-//! target/release/gantry-bench                                   # full matrix (~3 min)
-//! target/release/gantry-bench --duration 2s --clients 1,16 --payloads 100 --idle-sessions 0
-//! target/release/gantry-bench --markdown > results.md           # table for BENCHMARKS.md
-//! target/release/gantry-bench soak --duration 10m --sessions 20  # soak (see soak.rs)
+//! cargo build --profile dist --workspace --bins
+//! target/dist/gantry-bench                                   # full matrix (~3 min)
+//! target/dist/gantry-bench --duration 2s --clients 1,16 --payloads 100 --idle-sessions 0
+//! target/dist/gantry-bench --markdown > results.md           # table for BENCHMARKS.md
+//! target/dist/gantry-bench soak --duration 10m --sessions 20  # soak (see soak.rs)
 //! ```
 //!
 //! Only 127.0.0.1 is used. Every loop is bounded in time and count; every process the
@@ -328,7 +328,7 @@ async fn run(cli: Cli) -> Result<bool> {
         cli.idle_sessions > 0 || cli.modes.iter().any(|t| matches!(t, Target::Gantry(_)));
     if needs_gantry && !gantry.is_file() {
         bail!(
-            "{} does not exist: build it with `cargo build --release --bins` or pass --gantry PATH",
+            "{} does not exist: build it with `cargo build --profile dist --workspace --bins` (or --release) or pass --gantry PATH",
             gantry.display()
         );
     }
