@@ -72,15 +72,7 @@ cp "$example" "$out/gantry-example" && example=$out/gantry-example
 start_time=$(date +%s%N)
 
 # --- process handling (as run.sh: every process in its own group, stopped with it) ---
-groups=()
-alive() { local g; for g in "$@"; do kill -0 -- "-$g" 2>/dev/null && return 0; done; return 1; }
-stop_all() {
-  local g i
-  for g in "${groups[@]}"; do kill -TERM -- "-$g" 2>/dev/null || true; done
-  for i in $(seq 1 40); do alive "${groups[@]}" || break; sleep 0.05; done
-  for g in "${groups[@]}"; do kill -KILL -- "-$g" 2>/dev/null || true; done
-  groups=()
-}
+source "$here/procs.sh"
 trap 'stop_all; rm -f "$out/gantry" "$out/gantry-example"' EXIT
 
 # start_json OUT LOG CMD...: starts a fixture that prints one JSON line on stdout; waits
@@ -102,41 +94,7 @@ start_json() {
   return 1
 }
 
-# start_gantry LOG CONFIG: waits (10 s at most) for "listening on http://…", sets $url.
-start_gantry() {
-  local log=$1 config=$2 i
-  url=
-  setsid "$gantry" --config "$config" --listen 127.0.0.1:0 >/dev/null 2>"$log" </dev/null &
-  local pid=$!
-  groups+=("$pid")
-  for i in $(seq 1 200); do
-    url=$(grep -o -m1 'listening on http://[^ ]*' "$log" 2>/dev/null | head -n1 | sed 's/^listening on //') || true
-    [[ -n $url ]] && return 0
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.05
-  done
-  echo "gantry did not start" >&2
-  sed 's/^/    /' "$log" >&2
-  return 1
-}
 
-# run_client SECONDS OUT ERR CMD...: runs a client in its own group, bounded.
-run_client() {
-  local secs=$1 outf=$2 errf=$3; shift 3
-  setsid "$@" >"$outf" 2>"$errf" </dev/null &
-  local pid=$! i
-  for i in $(seq 1 $((secs * 20))); do
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.05
-  done
-  if kill -0 "$pid" 2>/dev/null; then
-    echo "client timed out after ${secs}s: $*" >>"$errf"
-  fi
-  kill -TERM -- "-$pid" 2>/dev/null || true
-  for i in $(seq 1 20); do alive "$pid" || break; sleep 0.05; done
-  kill -KILL -- "-$pid" 2>/dev/null || true
-  wait "$pid" 2>/dev/null || true
-}
 
 # j JSON EXPR: a field of a JSON line (d = the object).
 j() { "$node" -e 'const d=JSON.parse(process.argv[1]); process.stdout.write(String(eval(process.argv[2])))' "$1" "$2"; }

@@ -90,15 +90,7 @@ client_cmd() {
 
 # --- process handling ----------------------------------------------------------------
 # Every process is started in its own process group (setsid) and stopped with it.
-groups=()
-alive() { local g; for g in "$@"; do kill -0 -- "-$g" 2>/dev/null && return 0; done; return 1; }
-stop_all() {
-  local g i
-  for g in "${groups[@]}"; do kill -TERM -- "-$g" 2>/dev/null || true; done
-  for i in $(seq 1 40); do alive "${groups[@]}" || break; sleep 0.05; done
-  for g in "${groups[@]}"; do kill -KILL -- "-$g" 2>/dev/null || true; done
-  groups=()
-}
+source "$here/procs.sh"
 trap 'stop_all; rm -f "$out/gantry"' EXIT
 
 # start LOG CMD...: starts a server, waits for "listening on http://…" on its stderr, sets $url.
@@ -119,24 +111,6 @@ start() {
   return 1
 }
 
-# run_client SECONDS OUT ERR CMD...: runs a client in its own group, bounded.
-run_client() {
-  local secs=$1 outf=$2 errf=$3; shift 3
-  setsid "$@" >"$outf" 2>"$errf" </dev/null &
-  local pid=$! i
-  for i in $(seq 1 $((secs * 20))); do
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.05
-  done
-  if kill -0 "$pid" 2>/dev/null; then
-    echo "client timed out after ${secs}s: $*" >>"$errf"
-  fi
-  # The client's own children (stdio servers it spawned) go with its group.
-  kill -TERM -- "-$pid" 2>/dev/null || true
-  for i in $(seq 1 20); do alive "$pid" || break; sleep 0.05; done
-  kill -KILL -- "-$pid" 2>/dev/null || true
-  wait "$pid" 2>/dev/null || true
-}
 
 # --- the matrix ----------------------------------------------------------------------
 runs=0
