@@ -28,6 +28,78 @@ pub struct ConfigFile {
     /// OpenTelemetry traces. Default: off.
     #[serde(default)]
     pub tracing: Option<TracingConfig>,
+    /// The merged catalog of several backends (`[catalog]`).
+    #[serde(default)]
+    pub catalog: CatalogConfig,
+}
+
+/// How the lists of several backends are merged and served (`[catalog]`). With one
+/// backend Gantry is transparent and none of this applies.
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields, default)]
+pub struct CatalogConfig {
+    /// Items per page of a merged list (`nextCursor` leads on). 0 (default): every
+    /// item in one page, as clients that never follow a cursor need.
+    pub page_size: usize,
+    /// A backend's list must come within this, or the merged list goes without it
+    /// (its last good entries, or none: `on_unavailable`). Default `5s`.
+    #[serde(with = "humantime_serde")]
+    pub deadline: Duration,
+    /// What a merged list shows of a backend that is down or missed the deadline:
+    /// `last-good` (default: what it listed last) or `omit`.
+    pub on_unavailable: OnUnavailable,
+}
+
+impl Default for CatalogConfig {
+    fn default() -> Self {
+        Self {
+            page_size: 0,
+            deadline: Duration::from_secs(5),
+            on_unavailable: OnUnavailable::LastGood,
+        }
+    }
+}
+
+/// `catalog.on_unavailable`.
+#[derive(Debug, Deserialize, Clone, Copy, PartialEq, Eq, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum OnUnavailable {
+    /// The backend's last good entries are listed (calls to them fail fast).
+    #[default]
+    LastGood,
+    /// The backend's entries are left out until it answers again.
+    Omit,
+}
+
+/// What of one kind of a backend's items (tools, prompts, resources) clients see
+/// (`[backends.tools]` …).
+#[derive(Debug, Deserialize, Clone, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct ItemPolicy {
+    /// Globs (`*`, `?`) of the backend's own names (URIs for resources): when set,
+    /// only matching items are listed and usable.
+    pub allow: Vec<String>,
+    /// Globs of the backend's own names (URIs) that are neither listed nor usable
+    /// (deny wins over allow).
+    pub deny: Vec<String>,
+    /// The backend's name → the name clients see (before the prefix). Tools and
+    /// prompts only.
+    pub rename: BTreeMap<String, String>,
+    /// The backend's name (URI) → fields to replace in the item as listed.
+    #[serde(rename = "override")]
+    pub overrides: BTreeMap<String, ItemOverride>,
+}
+
+/// Fields of a listed item replaced by the operator.
+#[derive(Debug, Deserialize, Clone, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct ItemOverride {
+    /// Replaces `title`.
+    pub title: Option<String>,
+    /// Replaces `description`.
+    pub description: Option<String>,
+    /// Merged over the item's `annotations` (e.g. `{ destructiveHint = true }`).
+    pub annotations: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 /// Traces exported over OTLP/HTTP (`[tracing]`).
@@ -554,6 +626,25 @@ impl std::fmt::Debug for ApiKeyConfig {
 pub struct BackendConfig {
     /// Unique name; also the namespace prefix (`[A-Za-z0-9_-]`, 1–32 chars).
     pub name: String,
+    /// The namespace of its tools and prompts when several backends are merged
+    /// (`<prefix><separator><name>`), instead of the name. `""`: none, for a backend
+    /// whose names are unique already.
+    #[serde(default)]
+    pub prefix: Option<String>,
+    /// How long a merged list keeps this backend's items of a kind it does not
+    /// announce changes of (`listChanged`); kinds it announces are kept until it
+    /// does (or restarts). `0s`: listed afresh every time. Default `60s`.
+    #[serde(default = "default_list_ttl", with = "humantime_serde")]
+    pub list_ttl: Duration,
+    /// Which tools clients see, under which names and descriptions.
+    #[serde(default)]
+    pub tools: ItemPolicy,
+    /// Which prompts clients see, likewise.
+    #[serde(default)]
+    pub prompts: ItemPolicy,
+    /// Which resources (and templates, by `uriTemplate`) clients see (no `rename`).
+    #[serde(default)]
+    pub resources: ItemPolicy,
     /// Run a local child process speaking MCP on stdin/stdout.
     pub stdio: Option<StdioConfig>,
     /// Connect to a Streamable HTTP MCP server.
@@ -655,6 +746,9 @@ pub(super) fn empty_table() -> serde_json::Value {
     serde_json::Value::Object(serde_json::Map::new())
 }
 
+pub(super) fn default_list_ttl() -> Duration {
+    Duration::from_secs(60)
+}
 pub(super) fn default_request_timeout() -> Duration {
     Duration::from_secs(60)
 }

@@ -62,6 +62,8 @@ pub struct Config {
     pub limits: LimitsConfig,
     /// `[tracing]` (validated: endpoint, ratio; `${VAR}` replaced).
     pub tracing: Option<TracingConfig>,
+    /// `[catalog]`.
+    pub catalog: CatalogConfig,
 }
 
 impl Config {

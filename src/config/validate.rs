@@ -3,6 +3,7 @@
 
 use crate::config::default_inherit_env;
 use crate::config::default_init_timeout;
+use crate::config::default_list_ttl;
 use crate::config::default_max_message_bytes;
 use crate::config::default_request_timeout;
 use crate::config::empty_table;
@@ -13,11 +14,12 @@ use crate::config::ConfigError;
 use crate::config::ConfigFile;
 use crate::config::Era;
 use crate::config::HttpConfig;
+use crate::config::ItemPolicy;
 use crate::config::PoolConfig;
 use crate::config::RestartConfig;
 use crate::config::SessionMode;
 use crate::config::StdioConfig;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -132,6 +134,7 @@ impl ConfigFile {
             } else if !seen.insert(b.name.clone()) {
                 problems.push(format!("{key}.name: `{}` is used twice", b.name));
             }
+            check_names(&key, b, &mut problems);
             match (&mut b.stdio, &mut b.http) {
                 (Some(_), Some(_)) => {
                     problems.push(format!("{key}: set either `stdio` or `http`, not both"))
@@ -308,6 +311,10 @@ impl ConfigFile {
                 ));
             }
         }
+        check_prefixes(&self.backends, &self.namespacing.separator, &mut problems);
+        if self.catalog.deadline < Duration::from_millis(10) {
+            problems.push("catalog.deadline: must be at least 10ms".into());
+        }
         validate_auth(&mut self.auth, &mut problems);
         validate_limits(&mut self.limits, env, &mut problems);
         if let Some(t) = self.tracing.as_mut() {
@@ -323,11 +330,91 @@ impl ConfigFile {
                 auth: self.auth,
                 limits: self.limits,
                 tracing: self.tracing,
+                catalog: self.catalog,
             }),
             _ => Err(ConfigError::Invalid {
                 path: origin.to_owned(),
                 problems,
             }),
+        }
+    }
+}
+
+/// Whether `s` may be (part of) a name clients see: `A-Z a-z 0-9 _ -`.
+fn name_chars(s: &str) -> bool {
+    s.bytes()
+        .all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-')
+}
+
+/// A backend's `prefix` and its tool, prompt and resource policies.
+fn check_names(key: &str, b: &BackendConfig, problems: &mut Vec<String>) {
+    if let Some(p) = b.prefix.as_deref() {
+        if p.len() > 32 || !name_chars(p) {
+            problems.push(format!(
+                "{key}.prefix: `{p}` must be 0-32 characters of A-Z a-z 0-9 _ -"
+            ));
+        }
+    }
+    let policies: [(&str, &ItemPolicy); 3] = [
+        ("tools", &b.tools),
+        ("prompts", &b.prompts),
+        ("resources", &b.resources),
+    ];
+    for (kind, policy) in policies {
+        for (list, globs) in [("allow", &policy.allow), ("deny", &policy.deny)] {
+            if globs.iter().any(String::is_empty) {
+                problems.push(format!(
+                    "{key}.{kind}.{list}: an empty pattern matches nothing; remove it"
+                ));
+            }
+        }
+        if kind == "resources" && !policy.rename.is_empty() {
+            problems.push(format!(
+                "{key}.resources.rename: resources keep their URIs; only tools and prompts can be renamed"
+            ));
+            continue;
+        }
+        let mut targets: HashMap<&str, &str> = HashMap::new();
+        for (from, to) in &policy.rename {
+            if to.is_empty() || to.len() > 64 || !name_chars(to) {
+                problems.push(format!(
+                    "{key}.{kind}.rename.{from}: `{to}` must be 1-64 characters of A-Z a-z 0-9 _ -"
+                ));
+            } else if let Some(other) = targets.insert(to, from) {
+                problems.push(format!(
+                    "{key}.{kind}.rename: `{other}` and `{from}` are both renamed to `{to}`"
+                ));
+            }
+        }
+    }
+}
+
+/// Two backends' prefixes must not make one name of each read alike: equal
+/// prefixes, or one that with the separator begins the other (`a` and `a__b`).
+/// Backends without a prefix are told apart by their names at list time.
+fn check_prefixes(backends: &[BackendConfig], sep: &str, problems: &mut Vec<String>) {
+    let prefixes: Vec<&str> = backends
+        .iter()
+        .map(|b| b.prefix.as_deref().unwrap_or(&b.name))
+        .collect();
+    for (i, a) in prefixes.iter().enumerate() {
+        for (j, b) in prefixes.iter().enumerate().skip(i + 1) {
+            if a.is_empty() || b.is_empty() {
+                continue;
+            }
+            let (an, bn) = (
+                backends.get(i).map_or("", |x| x.name.as_str()),
+                backends.get(j).map_or("", |x| x.name.as_str()),
+            );
+            if a == b {
+                problems.push(format!(
+                    "backends[{j}].prefix: `{b}` is also the prefix of backend `{an}`; their names would collide (set `prefix` on one)"
+                ));
+            } else if b.starts_with(&format!("{a}{sep}")) || a.starts_with(&format!("{b}{sep}")) {
+                problems.push(format!(
+                    "backends[{j}].prefix: `{b}` and `{a}` (backend `{an}`) with the separator `{sep}` can name one tool of each alike; choose prefixes where neither starts with the other and `{sep}` (backend `{bn}`)"
+                ));
+            }
         }
     }
 }
@@ -665,6 +752,11 @@ pub fn http_backend(name: &str, url: &str) -> BackendConfig {
 fn backend_defaults(name: &str) -> BackendConfig {
     BackendConfig {
         name: name.to_owned(),
+        prefix: None,
+        list_ttl: default_list_ttl(),
+        tools: ItemPolicy::default(),
+        prompts: ItemPolicy::default(),
+        resources: ItemPolicy::default(),
         stdio: None,
         http: None,
         request_timeout: default_request_timeout(),

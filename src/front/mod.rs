@@ -300,6 +300,19 @@ async fn metrics(State(app): State<Arc<App>>) -> HttpResponse {
         for (why, n) in stats.exits() {
             Metrics::catch_up(&m.backend_exits.with_label_values(&[name, why.label()]), n);
         }
+        for (served, n) in [
+            ("last_good", &stats.catalog_last_good),
+            ("omitted", &stats.catalog_omitted),
+        ] {
+            Metrics::catch_up(
+                &m.catalog_fallbacks.with_label_values(&[name, served]),
+                BackendStats::get(n),
+            );
+        }
+        Metrics::catch_up(
+            &m.catalog_conflicts.with_label_values(&[name]),
+            BackendStats::get(&stats.catalog_conflicts),
+        );
     }
     (
         StatusCode::OK,

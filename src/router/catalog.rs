@@ -1,12 +1,28 @@
-//! The merged catalog of several backends: namespaced names, remembered URIs, and
-//! list fan-out that follows every backend's pages to the end.
+//! The merged catalog of several backends: each backend connection's lists cached
+//! (`upstream::lists`), merged per session into one view per kind under the
+//! operator's policy (allow/deny, renames, overrides, prefixes), paged with
+//! Gantry's own cursors, and watched, so that a change anywhere reaches the
+//! session once.
+//!
+//! Names: a tool or prompt is `<prefix><sep><name>` (the prefix is the backend's
+//! name unless `prefix` says otherwise; `""`: none), kept within
+//! `^[A-Za-z0-9_-]{1,64}$` by deterministic hash-shortening. Two items of one name:
+//! the backend configured first keeps it, the later one is left out (logged and
+//! counted once). Resource URIs are kept; one URI two backends announce is the
+//! first-configured one's.
 
 use super::{forward, Fail, Router, SessionRoute};
-use crate::call::CallCtx;
-use crate::jsonrpc::{code, to_raw, RpcError};
+use crate::call::{CallCtx, Sink};
+use crate::config::{ItemOverride, ItemPolicy, OnUnavailable};
+use crate::jsonrpc::{code, to_raw, Notification, RpcError};
+use crate::upstream::{Availability, Conn, ListKind};
+use parking_lot::Mutex;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 
 /// Pages followed per backend and list before giving up (a backend that never stops
 /// returning `nextCursor` must not hang a client).
@@ -14,53 +30,70 @@ const MAX_PAGES: usize = 1000;
 /// Longest name major model APIs accept for a tool.
 const MAX_NAME: usize = 64;
 
-/// What the last lists told Gantry about where things live.
+/// What one backend contributed to a view.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub(super) struct Seen {
+    idx: usize,
+    /// Its change counter of the kind when the view was built.
+    counter: u64,
+    /// Its availability then.
+    avail: Availability,
+    /// The incarnation whose fresh list is in the view (`None`: its last good
+    /// copy, or nothing).
+    live: Option<u64>,
+}
+
+/// One kind's merged list, as one session sees it.
+pub(super) struct View {
+    inputs: Vec<Option<Arc<Vec<Value>>>>,
+    seen: Vec<Seen>,
+    /// The items as clients see them, in order: backends as configured, each
+    /// backend's items as it listed them.
+    items: Vec<Box<RawValue>>,
+    /// Tools, prompts: the name clients use → (backend, the backend's own name).
+    names: HashMap<String, (usize, String)>,
+    /// Resources: URI → backend.
+    uris: HashMap<String, usize>,
+    /// Templates: (the template's text before its first `{`, backend).
+    templates: Vec<(String, usize)>,
+    digest: u64,
+    /// How long a stateless-era client may keep it (`ttlMs`): the shortest
+    /// `list_ttl` of its backends (changes reach listen streams at once).
+    ttl: Duration,
+}
+
+/// A session's views and the URIs its tool results named.
 #[derive(Default)]
 pub(crate) struct Catalog {
-    tools: HashMap<String, (usize, String)>,
-    prompts: HashMap<String, (usize, String)>,
-    uris: HashMap<String, usize>,
-    templates: Vec<(String, usize)>,
+    views: [Option<Arc<View>>; 4],
+    /// URIs tool results named (`resource_link`, embedded resources) → backend.
+    linked: HashMap<String, usize>,
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Tool,
-    Prompt,
-    Resource,
-    Template,
-}
-
-impl Kind {
-    fn capability(self) -> &'static str {
-        match self {
-            Kind::Tool => "tools",
-            Kind::Prompt => "prompts",
-            Kind::Resource | Kind::Template => "resources",
-        }
-    }
-    fn field(self) -> &'static str {
-        match self {
-            Kind::Tool => "tools",
-            Kind::Prompt => "prompts",
-            Kind::Resource => "resources",
-            Kind::Template => "resourceTemplates",
-        }
-    }
-}
+/// What each kind's last served view was built from (`None`: not served since the
+/// session was last told of a change): the watcher's baseline.
+pub(crate) type Served = Mutex<[Option<Vec<Seen>>; 4]>;
 
 /// 64-bit FNV-1a: a tiny, stable hash (the same on every build and restart).
 fn fnv1a(s: &str) -> u64 {
-    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    })
+    fnv1a_more(0xcbf2_9ce4_8422_2325, s)
 }
 
-/// The name a client sees for `name` of `backend`: `<backend><sep><name>`, with any
-/// character outside `[A-Za-z0-9_-]` replaced and, past 64 characters, shortened to
-/// a prefix plus a hash of the full name (deterministic, so stable across restarts).
-pub(super) fn expose(backend: &str, sep: &str, name: &str) -> String {
-    let full = format!("{backend}{sep}{name}");
+fn fnv1a_more(h: u64, s: &str) -> u64 {
+    s.bytes()
+        .fold(h, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+}
+
+/// The name a client sees for `name` of a backend with `prefix`:
+/// `<prefix><sep><name>` (just `name` for an empty prefix), with any character
+/// outside `[A-Za-z0-9_-]` replaced and, past 64 characters, shortened to a prefix
+/// plus a hash of the full name (deterministic, so stable across restarts).
+pub(super) fn expose(prefix: &str, sep: &str, name: &str) -> String {
+    let full = if prefix.is_empty() {
+        name.to_owned()
+    } else {
+        format!("{prefix}{sep}{name}")
+    };
     let clean: String = full
         .chars()
         .map(|c| {
@@ -71,7 +104,7 @@ pub(super) fn expose(backend: &str, sep: &str, name: &str) -> String {
             }
         })
         .collect();
-    if clean == full && full.len() <= MAX_NAME {
+    if clean == full && !full.is_empty() && full.len() <= MAX_NAME {
         return full;
     }
     let hash = format!("{:08x}", fnv1a(&full) as u32);
@@ -86,40 +119,35 @@ fn parse_params(params: Option<&RawValue>) -> indexmap::IndexMap<String, Box<Raw
         .unwrap_or_default()
 }
 
-/// Where `uri` lives, from what this session's lists and tool results said.
-fn lookup_uri(route: &SessionRoute, uri: &str) -> Option<usize> {
-    let cat = route.catalog.lock();
-    if let Some(i) = cat.uris.get(uri) {
-        return Some(*i);
-    }
-    cat.templates
-        .iter()
-        .filter(|(prefix, _)| uri.starts_with(prefix.as_str()))
-        .max_by_key(|(prefix, _)| prefix.len())
-        .map(|(_, i)| *i)
+/// Whether the policy lets clients see `name` (a URI for resources).
+fn allowed(policy: &ItemPolicy, name: &str) -> bool {
+    use crate::auth::policy::glob;
+    (policy.allow.is_empty() || policy.allow.iter().any(|g| glob(g, name)))
+        && !policy.deny.iter().any(|g| glob(g, name))
 }
 
-/// Records that backend `idx` serves `uri`. Two backends announcing one URI: the one
-/// configured first keeps it (logged), so a later backend cannot take over another's
-/// resources.
-fn remember_uri(
-    uris: &mut HashMap<String, usize>,
-    uri: &str,
-    idx: usize,
-    slots: &[std::sync::Arc<super::slot::Slot>],
-) {
-    match uris.get(uri) {
-        Some(&held) if held < idx => {
-            let name = |i: usize| slots.get(i).map(|s| s.cfg.name.as_str()).unwrap_or("?");
-            tracing::warn!(
-                uri = %uri.chars().take(200).collect::<String>(),
-                kept = name(held),
-                ignored = name(idx),
-                "two backends announce one resource URI; the one configured first serves it"
-            );
+/// The operator's replacements in a listed item.
+fn apply_override(item: &mut Value, o: &ItemOverride) {
+    let Some(obj) = item.as_object_mut() else {
+        return;
+    };
+    if let Some(t) = &o.title {
+        obj.insert("title".into(), Value::String(t.clone()));
+    }
+    if let Some(d) = &o.description {
+        obj.insert("description".into(), Value::String(d.clone()));
+    }
+    if let Some(a) = &o.annotations {
+        let entry = obj
+            .entry("annotations")
+            .or_insert_with(|| Value::Object(Default::default()));
+        if !entry.is_object() {
+            *entry = Value::Object(Default::default());
         }
-        _ => {
-            uris.insert(uri.to_owned(), idx);
+        if let Some(target) = entry.as_object_mut() {
+            for (k, v) in a {
+                target.insert(k.clone(), v.clone());
+            }
         }
     }
 }
@@ -161,14 +189,164 @@ fn remember_linked_uris(route: &SessionRoute, idx: usize, result: &RawValue) {
             _ => None,
         };
         if let Some(uri) = uri {
-            // A URI another backend listed stays that backend's.
-            cat.uris.entry(uri.into_owned()).or_insert(idx);
+            // A URI a backend listed stays that backend's (see `lookup_uri`).
+            if cat.linked.len() < 10_000 {
+                cat.linked.entry(uri.into_owned()).or_insert(idx);
+            }
         }
     }
 }
 
 fn invalid(msg: impl Into<String>) -> Fail {
     Fail::Own(RpcError::new(code::INVALID_PARAMS, msg))
+}
+
+/// A cursor of Gantry's: the kind, the view's digest (a cursor of another view is
+/// stale) and the offset, as hex.
+fn cursor_for(kind: ListKind, digest: u64, offset: usize) -> String {
+    format!("g{}{digest:016x}{offset:08x}", kind.index())
+}
+
+fn parse_cursor(c: &str, kind: ListKind, digest: u64, len: usize) -> Result<usize, Fail> {
+    let bad = || invalid("invalid cursor: not one this list gave");
+    let rest = c
+        .strip_prefix('g')
+        .and_then(|r| r.strip_prefix(char::from(b'0' + kind.index() as u8)))
+        .ok_or_else(bad)?;
+    if rest.len() != 24 || !rest.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(bad());
+    }
+    let (d, o) = rest.split_at(16);
+    let d = u64::from_str_radix(d, 16).map_err(|_| bad())?;
+    let o = usize::from_str_radix(o, 16).map_err(|_| bad())?;
+    if d != digest {
+        return Err(invalid(
+            "stale cursor: the list has changed since; list again from the start",
+        ));
+    }
+    if o == 0 || o >= len {
+        return Err(bad());
+    }
+    Ok(o)
+}
+
+/// What a backend's list came to.
+enum Got {
+    /// Listed now or cached and fresh, by this incarnation.
+    Live(Arc<Vec<Value>>, u64),
+    /// Its last good copy (it is down, too slow, or failed).
+    LastGood(Arc<Vec<Value>>),
+    /// Nothing.
+    Absent,
+}
+
+/// Where raw backend `*/list_changed` stop in a multi-backend session: the route's
+/// watcher tells the session instead, once per change.
+pub(super) struct QuietLists(pub(super) Sink);
+
+impl crate::call::Downstream for QuietLists {
+    fn notify(&self, n: Notification) {
+        if ListKind::changed_by(&n.method).is_empty() {
+            self.0.notify(n);
+        }
+    }
+
+    fn ask(
+        &self,
+        method: String,
+        params: Option<Box<RawValue>>,
+    ) -> futures::future::BoxFuture<'static, crate::call::ClientAnswer> {
+        self.0.ask(method, params)
+    }
+}
+
+/// Tells the session of every change of a list it was served, once, until it is
+/// served again: a backend's announcement, a change found on listing, a backend
+/// that came up, restarted or (with `on_unavailable = "omit"`) went down. Ends
+/// with `stop`.
+pub(super) fn watch(
+    conns: Vec<Option<Arc<Conn>>>,
+    served: Arc<Served>,
+    session: Sink,
+    omit: bool,
+    stop: CancellationToken,
+) {
+    tokio::spawn(async move {
+        let live: Vec<&Arc<Conn>> = conns.iter().flatten().collect();
+        let mut lists: Vec<_> = live.iter().map(|c| c.lists().subscribe()).collect();
+        let mut states: Vec<_> = live.iter().map(|c| c.watch_availability()).collect();
+        loop {
+            let changes = lists
+                .iter_mut()
+                .map(|r| Box::pin(async move { r.changed().await.is_ok() }) as _)
+                .chain(
+                    states
+                        .iter_mut()
+                        .map(|r| Box::pin(async move { r.changed().await.is_ok() }) as _),
+                )
+                .collect::<Vec<std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send + '_>>>>();
+            if changes.is_empty() {
+                return;
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                (ok, _, _) = futures::future::select_all(changes) => {
+                    if !ok {
+                        return;
+                    }
+                }
+            }
+            for method in changed_kinds(&conns, &served, omit) {
+                session.notify(Notification {
+                    method: method.into(),
+                    params: None,
+                });
+            }
+        }
+    });
+}
+
+/// The notifications due now (see [`watch`]); the kinds they are for are marked
+/// told.
+fn changed_kinds(conns: &[Option<Arc<Conn>>], served: &Served, omit: bool) -> Vec<&'static str> {
+    let mut served = served.lock();
+    let mut due: Vec<&'static str> = Vec::new();
+    for kind in ListKind::ALL {
+        let Some(Some(seen)) = served.get(kind.index()) else {
+            continue;
+        };
+        let changed = seen.iter().any(|s| {
+            let Some(Some(conn)) = conns.get(s.idx) else {
+                return false;
+            };
+            if conn
+                .lists()
+                .counters()
+                .get(kind.index())
+                .copied()
+                .unwrap_or(0)
+                > s.counter
+            {
+                return true;
+            }
+            match conn.availability() {
+                Availability::Up(g) => s.live != Some(g) && s.avail != Availability::Up(g),
+                Availability::Down => omit && s.live.is_some(),
+                Availability::Waiting => false,
+            }
+        });
+        if changed && !due.contains(&kind.notification()) {
+            due.push(kind.notification());
+        }
+    }
+    for kind in ListKind::ALL {
+        if due.contains(&kind.notification()) {
+            if let Some(s) = served.get_mut(kind.index()) {
+                *s = None;
+            }
+        }
+    }
+    due
 }
 
 impl Router {
@@ -180,17 +358,15 @@ impl Router {
         ctx: &CallCtx,
     ) -> Result<Box<RawValue>, Fail> {
         match method {
-            "tools/list" => self.list(route, Kind::Tool, method, params, ctx).await,
-            "prompts/list" => self.list(route, Kind::Prompt, method, params, ctx).await,
-            "resources/list" => self.list(route, Kind::Resource, method, params, ctx).await,
-            "resources/templates/list" => {
-                self.list(route, Kind::Template, method, params, ctx).await
-            }
+            "tools/list" => self.list(route, ListKind::Tools, params, ctx).await,
+            "prompts/list" => self.list(route, ListKind::Prompts, params, ctx).await,
+            "resources/list" => self.list(route, ListKind::Resources, params, ctx).await,
+            "resources/templates/list" => self.list(route, ListKind::Templates, params, ctx).await,
             "tools/call" | "prompts/get" => {
                 let kind = if method == "tools/call" {
-                    Kind::Tool
+                    ListKind::Tools
                 } else {
-                    Kind::Prompt
+                    ListKind::Prompts
                 };
                 let mut p = parse_params(params.as_deref());
                 let name: String = p
@@ -199,15 +375,22 @@ impl Router {
                     .ok_or_else(|| {
                         invalid(format!("{method}: params.name (a string) is required"))
                     })?;
-                let (idx, original) = self.resolve_name(route, kind, &name).ok_or_else(|| {
-                    invalid(format!(
-                        "unknown {}: {name}",
-                        if kind == Kind::Tool { "tool" } else { "prompt" }
-                    ))
-                })?;
+                let (idx, original) = self
+                    .resolve_name(route, kind, &name, ctx)
+                    .await?
+                    .ok_or_else(|| {
+                        invalid(format!(
+                            "unknown {}: {name}",
+                            if kind == ListKind::Tools {
+                                "tool"
+                            } else {
+                                "prompt"
+                            }
+                        ))
+                    })?;
                 p.insert("name".into(), to_raw(&original));
                 let result = forward(route, idx, method, Some(to_raw(&p)), ctx).await?;
-                if kind == Kind::Tool {
+                if kind == ListKind::Tools {
                     remember_linked_uris(route, idx, &result);
                 }
                 Ok(result)
@@ -243,7 +426,8 @@ impl Router {
                             .unwrap_or_default()
                             .to_owned();
                         let (idx, original) = self
-                            .resolve_name(route, Kind::Prompt, &name)
+                            .resolve_name(route, ListKind::Prompts, &name, ctx)
+                            .await?
                             .ok_or_else(|| invalid(format!("unknown prompt: {name}")))?;
                         if let Some(n) = p.pointer_mut("/ref/name") {
                             *n = Value::String(original);
@@ -273,154 +457,428 @@ impl Router {
         }
     }
 
-    fn resolve_name(
+    /// The backend and its own name of the tool or prompt clients call `name`: from
+    /// the session's view, built first when the session never listed (so every
+    /// name a list would show resolves, shortened and renamed ones too, and a name
+    /// the policy hides does not).
+    async fn resolve_name(
         &self,
         route: &SessionRoute,
-        kind: Kind,
+        kind: ListKind,
         name: &str,
-    ) -> Option<(usize, String)> {
-        {
-            let cat = route.catalog.lock();
-            let map = if kind == Kind::Tool {
-                &cat.tools
-            } else {
-                &cat.prompts
-            };
-            if let Some(hit) = map.get(name) {
-                return Some(hit.clone());
-            }
+        ctx: &CallCtx,
+    ) -> Result<Option<(usize, String)>, Fail> {
+        let known = route
+            .catalog
+            .lock()
+            .views
+            .get(kind.index())
+            .and_then(|v| v.as_ref()?.names.get(name).cloned());
+        if known.is_some() {
+            return Ok(known);
         }
-        // Not listed yet in this session: the plain `<backend><sep><name>` form.
-        self.slots.iter().enumerate().find_map(|(i, s)| {
-            let rest = name.strip_prefix(&s.cfg.name)?.strip_prefix(&self.sep)?;
-            Some((i, rest.to_owned()))
-        })
+        let view = self.view(route, kind, ctx).await?;
+        if let Some(hit) = view.names.get(name) {
+            return Ok(Some(hit.clone()));
+        }
+        // Not listed (a backend that is down, one that has not announced a new
+        // tool yet, a tool it does not list): `<prefix><sep><name>` goes to that
+        // backend, as a direct connection would, unless its policy hides the name.
+        Ok(self.slots.iter().enumerate().find_map(|(i, s)| {
+            let prefix = s.cfg.prefix.as_deref().unwrap_or(&s.cfg.name);
+            if prefix.is_empty() {
+                return None;
+            }
+            let rest = name.strip_prefix(prefix)?.strip_prefix(&self.sep)?;
+            let policy = match kind {
+                ListKind::Tools => &s.cfg.tools,
+                _ => &s.cfg.prompts,
+            };
+            let own = match policy.rename.iter().find(|(_, to)| to.as_str() == rest) {
+                Some((from, _)) => from.as_str(),
+                None if policy.rename.contains_key(rest) => return None,
+                None => rest,
+            };
+            (!rest.is_empty() && allowed(policy, own)).then(|| (i, own.to_owned()))
+        }))
+    }
+
+    /// Where `uri` lives, from the session's views and its tool results; `None` for
+    /// a URI the backend's policy hides.
+    fn lookup_uri(&self, route: &SessionRoute, uri: &str) -> Option<usize> {
+        let cat = route.catalog.lock();
+        let view = |k: ListKind| cat.views.get(k.index()).and_then(Option::as_ref);
+        let found = view(ListKind::Resources)
+            .and_then(|v| v.uris.get(uri).copied())
+            .or_else(|| cat.linked.get(uri).copied())
+            .or_else(|| {
+                view(ListKind::Templates)?
+                    .templates
+                    .iter()
+                    .filter(|(prefix, _)| uri.starts_with(prefix.as_str()))
+                    .max_by_key(|(prefix, _)| prefix.len())
+                    .map(|(_, i)| *i)
+            })?;
+        let slot = self.slots.get(found)?;
+        allowed(&slot.cfg.resources, uri).then_some(found)
     }
 
     /// The backend that serves `uri`: one that listed it, returned it from a tool,
     /// or announced a template it falls under (the longest prefix). Not known yet: the
-    /// resources and templates are listed again first (the session may never have
-    /// listed them). `Ok(None)`: no backend announced it — never a guess.
+    /// resources and templates are brought up to date first (the session may never
+    /// have listed them). `Ok(None)`: no backend announced it — never a guess.
     pub(crate) async fn resolve_uri(
         &self,
         route: &SessionRoute,
         uri: &str,
         ctx: &CallCtx,
     ) -> Result<Option<usize>, Fail> {
-        if let Some(i) = lookup_uri(route, uri) {
+        if let Some(i) = self.lookup_uri(route, uri) {
             return Ok(Some(i));
         }
-        for (kind, method) in [
-            (Kind::Resource, "resources/list"),
-            (Kind::Template, "resources/templates/list"),
-        ] {
-            // A backend that failed to list is left out (logged by `list`).
-            if let Err(Fail::Cancelled) = self.list(route, kind, method, None, ctx).await {
-                return Err(Fail::Cancelled);
-            }
-            if let Some(i) = lookup_uri(route, uri) {
+        for kind in [ListKind::Resources, ListKind::Templates] {
+            self.view(route, kind, ctx).await?;
+            if let Some(i) = self.lookup_uri(route, uri) {
                 return Ok(Some(i));
             }
         }
         Ok(None)
     }
 
+    /// One page of the session's merged list of `kind`.
     async fn list(
         &self,
         route: &SessionRoute,
-        kind: Kind,
-        method: &str,
+        kind: ListKind,
         params: Option<Box<RawValue>>,
         ctx: &CallCtx,
     ) -> Result<Box<RawValue>, Fail> {
-        if crate::jsonrpc::string_field(params.as_deref(), "cursor").is_some() {
-            return Err(invalid("invalid cursor: this list has a single page"));
+        let cursor = crate::jsonrpc::string_field(params.as_deref(), "cursor");
+        let view = self.view(route, kind, ctx).await?;
+        let len = view.items.len();
+        let start = match cursor.as_deref() {
+            None => 0,
+            Some(c) => parse_cursor(c, kind, view.digest, len)?,
+        };
+        let size = self.catalog.page_size;
+        let end = if size == 0 {
+            len
+        } else {
+            start.saturating_add(size).min(len)
+        };
+        let page = view.items.get(start..end).unwrap_or_default();
+        let mut out =
+            String::with_capacity(page.iter().map(|i| i.get().len() + 1).sum::<usize>() + 64);
+        out.push_str("{\"");
+        out.push_str(kind.field());
+        out.push_str("\":[");
+        for (n, item) in page.iter().enumerate() {
+            if n > 0 {
+                out.push(',');
+            }
+            out.push_str(item.get());
         }
+        out.push(']');
+        if end < len {
+            out.push_str(&format!(
+                ",\"nextCursor\":\"{}\"",
+                cursor_for(kind, view.digest, end)
+            ));
+        }
+        if ctx.client.era == crate::mcp::Era::Stateless {
+            out.push_str(&format!(",\"ttlMs\":{}", view.ttl.as_millis()));
+        }
+        out.push('}');
+        if let Some(s) = route.served.lock().get_mut(kind.index()) {
+            *s = Some(view.seen.clone());
+        }
+        RawValue::from_string(out)
+            .map_err(|e| Fail::Internal(RpcError::new(code::INTERNAL_ERROR, format!("list: {e}"))))
+    }
+
+    /// Whether backend `idx` has lists of `kind`, as far as the session knows (a
+    /// backend not seen yet is asked).
+    fn declares(&self, route: &SessionRoute, idx: usize, kind: ListKind) -> bool {
+        let info = route
+            .info(idx)
+            .or_else(|| self.slots.get(idx).and_then(|s| s.last_info.lock().clone()));
+        match info {
+            Some(i) => i.capabilities().get(kind.capability()).is_some(),
+            None => true,
+        }
+    }
+
+    /// The session's merged view of `kind`: each backend's list from its
+    /// connection's cache when fresh, else listed now (within `catalog.deadline`,
+    /// else its last good copy or nothing, as `catalog.on_unavailable` says).
+    async fn view(
+        &self,
+        route: &SessionRoute,
+        kind: ListKind,
+        ctx: &CallCtx,
+    ) -> Result<Arc<View>, Fail> {
+        let deadline = tokio::time::Instant::now() + self.catalog.deadline;
         let targets: Vec<usize> = (0..route.slots.len())
-            .filter(|&i| {
-                route
-                    .info(i)
-                    .is_some_and(|i| i.capabilities().get(kind.capability()).is_some())
+            .filter(|&i| matches!(route.conns.get(i), Some(Some(_))))
+            .filter(|&i| self.declares(route, i, kind))
+            .collect();
+        let counters: Vec<u64> = targets
+            .iter()
+            .map(|&i| match route.conns.get(i) {
+                Some(Some(c)) => c.lists().counters().get(kind.index()).copied().unwrap_or(0),
+                _ => 0,
             })
             .collect();
-        let fetches = targets
+        let avails: Vec<Availability> = targets
             .iter()
-            .map(|&i| self.fetch_all(route, i, kind, method, ctx));
-        let results = futures::future::join_all(fetches).await;
-        let mut items = Vec::new();
-        let mut cat = Catalog::default();
+            .map(|&i| match route.conns.get(i) {
+                Some(Some(c)) => c.availability(),
+                _ => Availability::Down,
+            })
+            .collect();
+        let got = futures::future::join_all(
+            targets
+                .iter()
+                .map(|&i| self.items_of(route, i, kind, ctx, deadline)),
+        )
+        .await;
+        let mut inputs = Vec::with_capacity(got.len());
+        let mut seen = Vec::with_capacity(got.len());
+        for (((&idx, counter), avail), g) in targets.iter().zip(counters).zip(avails).zip(&got) {
+            let (items, live) = match g {
+                Ok(Got::Live(items, gen)) => (Some(items.clone()), Some(*gen)),
+                Ok(Got::LastGood(items)) => (Some(items.clone()), None),
+                Ok(Got::Absent) => (None, None),
+                Err(()) => return Err(Fail::Cancelled),
+            };
+            inputs.push(items);
+            seen.push(Seen {
+                idx,
+                counter,
+                avail,
+                live,
+            });
+        }
+        let same = |v: &View| {
+            v.seen == seen
+                && v.inputs.len() == inputs.len()
+                && v.inputs.iter().zip(&inputs).all(|(a, b)| match (a, b) {
+                    (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                    (None, None) => true,
+                    _ => false,
+                })
+        };
+        if let Some(v) = route
+            .catalog
+            .lock()
+            .views
+            .get(kind.index())
+            .and_then(Option::as_ref)
         {
-            let old = route.catalog.lock();
-            // Lists of other kinds stay as they were.
-            if kind != Kind::Tool {
-                cat.tools = old.tools.clone();
-            }
-            if kind != Kind::Prompt {
-                cat.prompts = old.prompts.clone();
-            }
-            if kind != Kind::Resource {
-                cat.uris = old.uris.clone();
-            }
-            if kind != Kind::Template {
-                cat.templates = old.templates.clone();
+            if same(v) {
+                return Ok(v.clone());
             }
         }
-        for (&idx, r) in targets.iter().zip(results) {
-            let backend = self
-                .slots
-                .get(idx)
-                .map(|s| s.cfg.name.as_str())
-                .unwrap_or_default();
-            let page = match r {
-                Ok(p) => p,
-                Err(Fail::Cancelled) => return Err(Fail::Cancelled),
-                Err(_) => {
-                    tracing::warn!(
-                        backend,
-                        method,
-                        "backend failed to list; its entries are left out"
-                    );
+        let view = Arc::new(self.build(kind, inputs, seen));
+        let mut cat = route.catalog.lock();
+        if let Some(v) = cat.views.get_mut(kind.index()) {
+            *v = Some(view.clone());
+        }
+        Ok(view)
+    }
+
+    /// Merges the backends' items under their policies (see the module docs).
+    fn build(&self, kind: ListKind, inputs: Vec<Option<Arc<Vec<Value>>>>, seen: Vec<Seen>) -> View {
+        let mut view = View {
+            inputs: Vec::new(),
+            seen: Vec::new(),
+            items: Vec::new(),
+            names: HashMap::new(),
+            uris: HashMap::new(),
+            templates: Vec::new(),
+            digest: 0,
+            ttl: Duration::from_secs(60),
+        };
+        let mut shortest: Option<Duration> = None;
+        for (s, items) in seen.iter().zip(&inputs) {
+            let Some(slot) = self.slots.get(s.idx) else {
+                continue;
+            };
+            let Some(items) = items else { continue };
+            shortest = Some(shortest.map_or(slot.cfg.list_ttl, |d| d.min(slot.cfg.list_ttl)));
+            let backend = slot.cfg.name.as_str();
+            let policy = match kind {
+                ListKind::Tools => &slot.cfg.tools,
+                ListKind::Prompts => &slot.cfg.prompts,
+                ListKind::Resources | ListKind::Templates => &slot.cfg.resources,
+            };
+            let prefix = slot.cfg.prefix.as_deref().unwrap_or(backend);
+            for item in items.iter() {
+                let key_field = match kind {
+                    ListKind::Tools | ListKind::Prompts => "name",
+                    ListKind::Resources => "uri",
+                    ListKind::Templates => "uriTemplate",
+                };
+                let Some(own) = item.get(key_field).and_then(Value::as_str) else {
+                    continue;
+                };
+                if !allowed(policy, own) {
                     continue;
                 }
-            };
-            for mut item in page {
+                let mut item = item.clone();
+                if let Some(o) = policy.overrides.get(own) {
+                    apply_override(&mut item, o);
+                }
                 match kind {
-                    Kind::Tool | Kind::Prompt => {
-                        let Some(name) =
-                            item.get("name").and_then(Value::as_str).map(str::to_owned)
-                        else {
+                    ListKind::Tools | ListKind::Prompts => {
+                        let shown = policy.rename.get(own).map_or(own, String::as_str);
+                        let exposed = expose(prefix, &self.sep, shown);
+                        if let Some((held, _)) = view.names.get(&exposed) {
+                            self.conflict(kind, s.idx, *held, &exposed);
                             continue;
-                        };
-                        let exposed = expose(backend, &self.sep, &name);
+                        }
                         if let Some(obj) = item.as_object_mut() {
                             obj.insert("name".into(), Value::String(exposed.clone()));
                         }
-                        let map = if kind == Kind::Tool {
-                            &mut cat.tools
-                        } else {
-                            &mut cat.prompts
-                        };
-                        map.insert(exposed, (idx, name));
+                        view.names.insert(exposed, (s.idx, own.to_owned()));
                     }
-                    Kind::Resource => {
-                        if let Some(uri) = item.get("uri").and_then(Value::as_str) {
-                            remember_uri(&mut cat.uris, uri, idx, &self.slots);
+                    ListKind::Resources => {
+                        if let Some(held) = view.uris.get(own) {
+                            self.conflict(kind, s.idx, *held, own);
+                            continue;
                         }
+                        view.uris.insert(own.to_owned(), s.idx);
                     }
-                    Kind::Template => {
-                        if let Some(t) = item.get("uriTemplate").and_then(Value::as_str) {
-                            let prefix = t.split('{').next().unwrap_or_default().to_owned();
-                            cat.templates.push((prefix, idx));
-                        }
+                    ListKind::Templates => {
+                        let before = own.split('{').next().unwrap_or_default().to_owned();
+                        view.templates.push((before, s.idx));
                     }
                 }
-                items.push(item);
+                view.items.push(to_raw(&item));
             }
         }
-        *route.catalog.lock() = cat;
-        let mut out = serde_json::Map::new();
-        out.insert(kind.field().into(), Value::Array(items));
-        Ok(to_raw(&out))
+        if let Some(d) = shortest {
+            view.ttl = d;
+        }
+        view.digest = view
+            .items
+            .iter()
+            .fold(fnv1a(kind.field()), |h, i| fnv1a_more(h, i.get()));
+        view.inputs = inputs;
+        view.seen = seen;
+        view
+    }
+
+    /// Logs and counts, once per name, an item left out for a name another
+    /// backend's item has.
+    fn conflict(&self, kind: ListKind, idx: usize, held: usize, name: &str) {
+        let (Some(slot), Some(holder)) = (self.slots.get(idx), self.slots.get(held)) else {
+            return;
+        };
+        if held == idx {
+            // One backend listing a name twice: its own affair; the first is kept.
+            return;
+        }
+        let first = {
+            let mut seen = slot.conflicts.lock();
+            seen.len() < 10_000 && seen.insert((kind.index(), name.to_owned()))
+        };
+        if first {
+            slot.stats
+                .catalog_conflicts
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            tracing::warn!(
+                backend = %slot.cfg.name,
+                kept = %holder.cfg.name,
+                name = %name.chars().take(200).collect::<String>(),
+                list = kind.field(),
+                "two backends offer one name; the one configured first keeps it, the other's is left out (set `prefix` or `rename`)"
+            );
+        }
+    }
+
+    /// Backend `idx`'s list of `kind` for a view (see [`Router::view`]). `Err`:
+    /// the client cancelled.
+    async fn items_of(
+        &self,
+        route: &SessionRoute,
+        idx: usize,
+        kind: ListKind,
+        ctx: &CallCtx,
+        deadline: tokio::time::Instant,
+    ) -> Result<Got, ()> {
+        let (Some(Some(conn)), Some(slot)) = (route.conns.get(idx), self.slots.get(idx)) else {
+            return Ok(Got::Absent);
+        };
+        let announces = route.info(idx).is_some_and(|i| {
+            i.capabilities()
+                .get(kind.capability())
+                .and_then(|c| c.get("listChanged"))
+                == Some(&Value::Bool(true))
+        });
+        let ttl = slot.cfg.list_ttl;
+        let fresh = |conn: &Conn| match (conn.availability(), conn.lists().get(kind)) {
+            (Availability::Up(gen), Some(l))
+                if !l.stale && l.gen == gen && (announces || l.at.elapsed() < ttl) =>
+            {
+                Some((l.items, gen))
+            }
+            _ => None,
+        };
+        if let Some((items, gen)) = fresh(conn) {
+            return Ok(Got::Live(items, gen));
+        }
+        let why = if conn.availability() == Availability::Down {
+            "it is down"
+        } else {
+            let Some(lock) = conn.lists().fill_lock(kind) else {
+                return Ok(Got::Absent);
+            };
+            let filled = tokio::time::timeout_at(deadline, async {
+                let _filling = lock.lock().await;
+                // Listed by another session meanwhile?
+                if let Some(hit) = fresh(conn) {
+                    return Ok(hit);
+                }
+                let gen = match conn.availability() {
+                    Availability::Up(g) => Some(g),
+                    _ => None,
+                };
+                let items = self.fetch_all(route, idx, kind, ctx).await?;
+                let gen = gen.or(match conn.availability() {
+                    Availability::Up(g) => Some(g),
+                    _ => None,
+                });
+                Ok((
+                    conn.lists().store(kind, gen.unwrap_or(0), items),
+                    gen.unwrap_or(0),
+                ))
+            })
+            .await;
+            match filled {
+                Ok(Ok((items, gen))) => return Ok(Got::Live(items, gen)),
+                Ok(Err(Fail::Cancelled)) => return Err(()),
+                Ok(Err(_)) => "its list failed",
+                Err(_) => "it did not list within catalog.deadline",
+            }
+        };
+        let last = match self.catalog.on_unavailable {
+            OnUnavailable::LastGood => conn.lists().get(kind).map(|l| l.items),
+            OnUnavailable::Omit => None,
+        };
+        let served = if last.is_some() {
+            "its last good entries"
+        } else {
+            "none of its entries"
+        };
+        tracing::warn!(backend = %slot.cfg.name, list = kind.method(), "{why}: the merged list has {served}");
+        let counter = if last.is_some() {
+            &slot.stats.catalog_last_good
+        } else {
+            &slot.stats.catalog_omitted
+        };
+        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(last.map_or(Got::Absent, Got::LastGood))
     }
 
     /// Every item of one backend's list, following `nextCursor` to the end.
@@ -428,10 +886,10 @@ impl Router {
         &self,
         route: &SessionRoute,
         idx: usize,
-        kind: Kind,
-        method: &str,
+        kind: ListKind,
         ctx: &CallCtx,
     ) -> Result<Vec<Value>, Fail> {
+        let method = kind.method();
         let mut items = Vec::new();
         let mut cursor: Option<String> = None;
         for _ in 0..MAX_PAGES {

@@ -56,6 +56,7 @@ pub enum RouteError {
 pub struct Router {
     slots: Vec<Arc<Slot>>,
     sep: String,
+    catalog: crate::config::CatalogConfig,
 }
 
 fn gantry_info() -> Value {
@@ -91,10 +92,12 @@ impl Router {
                         warm: Mutex::new([Vec::new(), Vec::new()]),
                         stateless_demand: AtomicBool::new(false),
                         last_info: Mutex::new(None),
+                        conflicts: Mutex::new(std::collections::HashSet::new()),
                     })
                 })
                 .collect(),
             sep: cfg.namespacing.separator.clone(),
+            catalog: cfg.catalog.clone(),
         }
     }
 

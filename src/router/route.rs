@@ -48,6 +48,10 @@ pub struct SessionRoute {
     /// Where backend traffic no call claims goes.
     pub(super) owner: Sink,
     pub(super) catalog: Mutex<Catalog>,
+    /// What each list was last served from (the catalog watcher's baseline).
+    pub(super) served: Arc<super::catalog::Served>,
+    /// Stops the catalog watcher (multi-backend sessions).
+    pub(super) watcher: CancellationToken,
     pub(super) single: bool,
     /// The session's `logging/setLevel` rank (255: never set, everything passes).
     pub(super) log_level: AtomicU8,
@@ -55,11 +59,18 @@ pub struct SessionRoute {
 
 pub(super) static NEXT_ROUTE: AtomicU64 = AtomicU64::new(1);
 
+impl Drop for SessionRoute {
+    fn drop(&mut self) {
+        self.watcher.cancel();
+    }
+}
+
 impl SessionRoute {
     /// Ends this session's use of its backends: per-session connections shut down;
     /// on shared ones its subscriptions are dropped (the last one upstream too), and a
     /// per-user connection whose last session this was shuts down.
     pub async fn close(&self) {
+        self.watcher.cancel();
         let mut stops = Vec::new();
         for (idx, conn) in self.conns.iter().enumerate() {
             let Some(conn) = conn else { continue };
@@ -179,6 +190,15 @@ impl Router {
     ) -> Result<(SessionRoute, Value), RouteError> {
         let version = init.negotiated();
         let key = NEXT_ROUTE.fetch_add(1, Ordering::Relaxed);
+        let single = self.slots.len() == 1;
+        // Several backends: their list changes reach the session through the
+        // catalog's watcher (once per change), not as they come.
+        let session = owner;
+        let owner: Sink = if single {
+            session.clone()
+        } else {
+            Arc::new(super::catalog::QuietLists(session.clone()))
+        };
         let mut links = Vec::with_capacity(self.slots.len());
         let mut first_err = None;
         for slot in &self.slots {
@@ -243,7 +263,9 @@ impl Router {
             per_call,
             owner,
             catalog: Mutex::new(Catalog::default()),
-            single: self.slots.len() == 1,
+            served: Arc::new(Mutex::new(Default::default())),
+            watcher: CancellationToken::new(),
+            single,
             log_level: AtomicU8::new(u8::MAX),
         };
         if infos.iter().all(Option::is_none) {
@@ -253,6 +275,15 @@ impl Router {
                     backend: "none".into(),
                 },
             )));
+        }
+        if !single {
+            super::catalog::watch(
+                route.conns.clone(),
+                route.served.clone(),
+                session,
+                self.catalog.on_unavailable == crate::config::OnUnavailable::Omit,
+                route.watcher.clone(),
+            );
         }
         let result = self.initialize_result(version, &infos);
         Ok((route, result))

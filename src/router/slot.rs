@@ -39,6 +39,9 @@ pub(super) struct Slot {
     /// What the backend said about itself the last time a connection came up
     /// (for routes that keep no connection of their own to it).
     pub(super) last_info: Mutex<Option<Arc<InitInfo>>>,
+    /// Names of this backend's items left out for another's (each logged and
+    /// counted once), by list kind.
+    pub(super) conflicts: Mutex<std::collections::HashSet<(usize, String)>>,
 }
 
 impl Slot {

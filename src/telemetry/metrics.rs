@@ -117,6 +117,10 @@ pub struct Metrics {
     pub backend_sent_bytes: IntCounterVec,
     /// Backend processes that ended, by backend and reason.
     pub backend_exits: IntCounterVec,
+    /// Merged lists served without a fresh list of a backend, by what was served.
+    pub catalog_fallbacks: IntCounterVec,
+    /// Backend items refused for a name another backend's item has.
+    pub catalog_conflicts: IntCounterVec,
     /// Tool calls answered, by backend, tool and outcome.
     tool_calls: IntCounterVec,
     /// Time to answer a tool call, by backend and tool.
@@ -288,6 +292,20 @@ impl Metrics {
             ),
             &["backend", "reason"],
         )?;
+        let catalog_fallbacks = IntCounterVec::new(
+            Opts::new(
+                "catalog_fallbacks_total",
+                "Merged lists served without a fresh list of a backend (down, too slow, failed), by what was served of it: last_good or omitted",
+            ),
+            &["backend", "served"],
+        )?;
+        let catalog_conflicts = IntCounterVec::new(
+            Opts::new(
+                "catalog_conflicts_total",
+                "Tools and prompts of a backend left out because another backend's item already has their name (counted once per name)",
+            ),
+            &["backend"],
+        )?;
         let tool_calls = IntCounterVec::new(
             Opts::new(
                 "tool_calls_total",
@@ -358,6 +376,8 @@ impl Metrics {
         registry.register(Box::new(backend_received_bytes.clone()))?;
         registry.register(Box::new(backend_sent_bytes.clone()))?;
         registry.register(Box::new(backend_exits.clone()))?;
+        registry.register(Box::new(catalog_fallbacks.clone()))?;
+        registry.register(Box::new(catalog_conflicts.clone()))?;
         registry.register(Box::new(tool_calls.clone()))?;
         registry.register(Box::new(tool_latency.clone()))?;
         registry.register(Box::new(build_info))?;
@@ -387,6 +407,8 @@ impl Metrics {
             backend_received_bytes,
             backend_sent_bytes,
             backend_exits,
+            catalog_fallbacks,
+            catalog_conflicts,
             tool_calls,
             tool_latency,
             tool_labels: parking_lot::Mutex::new(std::collections::HashSet::new()),

@@ -14,6 +14,27 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
+/// Whether a connection can serve, as the catalog sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Availability {
+    /// Ready: incarnation `0`.
+    Up(u64),
+    /// Broken (failed to start, restarting after a crash) or closed.
+    Down,
+    /// Starting, or parked for `idle_timeout` (a request starts it).
+    Waiting,
+}
+
+impl Availability {
+    pub(crate) fn of(state: &State) -> Self {
+        match state {
+            State::Ready { gen, .. } => Availability::Up(*gen),
+            State::Restarting { .. } | State::Failed { .. } | State::Closed => Availability::Down,
+            State::Starting | State::Stopping | State::Parked => Availability::Waiting,
+        }
+    }
+}
+
 /// One MCP client session with one backend, over stdio or Streamable HTTP.
 pub struct Conn {
     pub(crate) core: Arc<Core>,
@@ -35,6 +56,21 @@ impl Conn {
     /// Waits until the backend is initialized and returns what it said about itself.
     pub async fn ready(&self, cancel: &CancellationToken) -> Result<Arc<InitInfo>, UpstreamError> {
         self.core.wait_ready(cancel).await.map(|(_, i)| i)
+    }
+
+    /// What the backend last listed.
+    pub fn lists(&self) -> &super::ListCache {
+        &self.core.lists
+    }
+
+    /// Whether the connection can serve now, and which incarnation.
+    pub fn availability(&self) -> Availability {
+        Availability::of(&self.core.state.borrow())
+    }
+
+    /// Changes of [`Conn::availability`] (read it again on each).
+    pub(crate) fn watch_availability(&self) -> tokio::sync::watch::Receiver<State> {
+        self.core.state.subscribe()
     }
 
     /// The backend's initialize result, if it is ready now.

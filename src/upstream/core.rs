@@ -134,6 +134,8 @@ pub(crate) struct Core {
     /// Stateless-era HTTP backends: their tools' `Mcp-Param-*` declarations
     /// (`None`: not listed since the last `tools/list_changed`).
     pub(super) tool_headers: Mutex<Option<Arc<crate::mcp::param::ToolHeaders>>>,
+    /// What the backend last listed (the merged catalog's cache).
+    pub(super) lists: super::lists::ListCache,
     /// Stdio: the last stderr lines of the latest incarnation that ended before it
     /// was ready (empty once one was), for the error clients get.
     pub(super) start_stderr: Mutex<Vec<String>>,

@@ -94,8 +94,14 @@ impl Core {
                     newer
                 });
             }
-            "notifications/tools/list_changed" => {
-                *self.tool_headers.lock() = None;
+            "notifications/tools/list_changed"
+            | "notifications/prompts/list_changed"
+            | "notifications/resources/list_changed" => {
+                if n.method == "notifications/tools/list_changed" {
+                    *self.tool_headers.lock() = None;
+                }
+                self.lists
+                    .announce(super::lists::ListKind::changed_by(&n.method));
                 match self.owner() {
                     Some(sink) => sink.notify(n),
                     None => self.drop_unattributed("notification"),

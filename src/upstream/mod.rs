@@ -22,13 +22,16 @@ mod http;
 mod idle;
 mod incoming;
 mod listen;
+mod lists;
 mod pending;
 mod stats;
 mod stdio;
 mod supervise;
 
+pub use self::conn::Availability;
 pub use self::conn::Conn;
 pub use self::error::UpstreamError;
+pub use self::lists::{ListCache, ListKind, Listed};
 pub use self::stats::{BackendState, BackendStats, EraSupport};
 
 use self::core::{Core, State, OUTGOING_QUEUE};
@@ -98,6 +101,7 @@ impl Conn {
             listen_version: AtomicU64::new(0),
             listen_acked: watch::channel(0).0,
             tool_headers: Mutex::new(None),
+            lists: lists::ListCache::default(),
             probing: Mutex::new(None),
             start_stderr: Mutex::new(Vec::new()),
             idle: cfg

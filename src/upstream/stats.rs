@@ -30,6 +30,12 @@ pub struct BackendStats {
     pub sent_bytes: AtomicU64,
     /// Processes that ended, by `Exit::index`.
     exits: [AtomicU64; 4],
+    /// Merged lists that went without a fresh list of this backend (down, late,
+    /// failed): its last good entries were served, or none.
+    pub catalog_last_good: AtomicU64,
+    pub catalog_omitted: AtomicU64,
+    /// Items of this backend refused because another backend's item has their name.
+    pub catalog_conflicts: AtomicU64,
 }
 
 /// Why a backend process ended (the `reason` label of `gantry_backend_exits_total`).
