@@ -176,3 +176,276 @@ async fn a_uri_no_backend_announced_is_refused_not_guessed() {
         "the URI was sent to a backend that never announced it"
     );
 }
+
+/// The error's code is `code` and its message says `needle`.
+fn error_says(resp: &Value, code: i64, needle: &str) {
+    assert_eq!(resp["error"]["code"], code, "{resp}");
+    let msg = resp["error"]["message"].as_str().unwrap_or_default();
+    assert!(msg.contains(needle), "expected {needle:?} in {resp}");
+}
+
+/// The text of a tool result's first content item.
+fn text_of(resp: &Value) -> String {
+    resp["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no text: {resp}"))
+        .to_owned()
+}
+
+/// Every item of a list, page by page (at most 200 pages), and the pages' sizes.
+async fn walk(c: &Client, method: &str, field: &str) -> (Vec<Value>, Vec<usize>) {
+    let (mut items, mut sizes) = (Vec::new(), Vec::new());
+    let mut cursor: Option<String> = None;
+    for page in 0..200 {
+        let params = match &cursor {
+            Some(c) => json!({ "cursor": c }),
+            None => json!({}),
+        };
+        let id = json!(format!("walk-{page}"));
+        let r = c.request(id.clone(), method, params).await;
+        let result = r
+            .response(&id)
+            .and_then(|m| m.get("result"))
+            .unwrap_or_else(|| panic!("{method} page {page}: {}", r.raw))
+            .clone();
+        let list = result[field].as_array().unwrap().clone();
+        sizes.push(list.len());
+        items.extend(list);
+        match result.get("nextCursor").and_then(Value::as_str) {
+            Some(next) => cursor = Some(next.to_owned()),
+            None => return (items, sizes),
+        }
+    }
+    panic!("{method}: more than 200 pages");
+}
+
+fn names(items: &[Value]) -> Vec<String> {
+    items
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// The tools of `spec` alone, through a transparent Gantry (its lists pass through
+/// untouched), each with `prefix` + `__` in front.
+async fn tools_alone(spec: BackendSpec, prefix: &str) -> Vec<String> {
+    let g = gantry().backend(spec).start();
+    let mut c = g.client();
+    c.initialize().await;
+    let (items, _) = walk(&c, "tools/list", "tools").await;
+    names(&items)
+        .into_iter()
+        .map(|n| format!("{prefix}__{n}"))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_client_walks_every_page_of_the_merged_lists_and_stale_cursors_are_refused() {
+    let mut expected = tools_alone(example(), "one").await;
+    expected.extend(tools_alone(example(), "two").await);
+    expected.extend(tools_alone(everything(), "everything").await);
+    let g = gantry()
+        .backend(example().named("one"))
+        .backend(example().named("two"))
+        .backend(everything())
+        .section("[catalog]\npage_size = 3")
+        .start();
+    let mut c = g.client();
+    c.initialize().await;
+    let (items, sizes) = walk(&c, "tools/list", "tools").await;
+    let got = names(&items);
+    assert!(sizes.iter().all(|&n| n <= 3), "{sizes:?}");
+    assert!(sizes.len() > 10, "{sizes:?}");
+    assert_eq!(got, expected, "every tool once, in the backends' order");
+    // The same walk again gives the same pages (a deterministic order).
+    let (again, _) = walk(&c, "tools/list", "tools").await;
+    assert_eq!(names(&again), got);
+    // Resources and templates page likewise; nothing is lost.
+    let (resources, rsizes) = walk(&c, "resources/list", "resources").await;
+    assert!(rsizes.iter().all(|&n| n <= 3), "{rsizes:?}");
+    let uris: std::collections::HashSet<&str> = resources
+        .iter()
+        .map(|r| r["uri"].as_str().unwrap())
+        .collect();
+    assert_eq!(uris.len(), resources.len(), "no URI twice");
+    assert!(uris.contains("test://static-text"), "{uris:?}");
+
+    // A cursor Gantry never gave.
+    let r = c
+        .request(
+            json!("bad"),
+            "tools/list",
+            json!({"cursor": "not-a-cursor"}),
+        )
+        .await;
+    error_says(r.response(&json!("bad")).unwrap(), -32602, "invalid cursor");
+    // A cursor of a list that has changed since.
+    let r = c.request(json!("p1"), "tools/list", json!({})).await;
+    let cursor = r.response(&json!("p1")).unwrap()["result"]["nextCursor"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let changed = c
+        .call_tool(json!("t"), "one__test_trigger_tool_change", json!({}))
+        .await;
+    assert!(changed["result"].is_object(), "{changed}");
+    let mut refused = None;
+    for i in 0..100 {
+        let id = json!(format!("stale-{i}"));
+        let r = c
+            .request(id.clone(), "tools/list", json!({"cursor": cursor}))
+            .await;
+        let m = r.response(&id).unwrap().clone();
+        if m.get("error").is_some() {
+            refused = Some(m);
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let refused = refused.expect("the old cursor was still served after the list changed");
+    error_says(&refused, -32602, "stale cursor");
+    let (after, _) = walk(&c, "tools/list", "tools").await;
+    assert!(
+        names(&after).contains(&"one__test_dynamic_tool".to_owned()),
+        "{:?}",
+        names(&after)
+    );
+}
+
+#[tokio::test]
+async fn prefixes_collisions_and_policies_shape_what_clients_see_and_can_call() {
+    let scratch = Scratch::new("catalog-policy");
+    let rec = scratch.file("one.jsonl");
+    let g = gantry()
+        .backend(example().named("one").record(&rec).set(
+            r#"tools = { deny = ["test_*"], rename = { echo = "say" }, override = { echo = { description = "Says it back.", annotations = { destructiveHint = true } } } }"#,
+        ))
+        .backend(example().named("two").set(r#"prefix = """#).set(
+            r#"tools = { allow = ["echo", "slow"] }"#,
+        ))
+        .backend(everything().set(r#"prefix = """#))
+        .start();
+    let mut c = g.client();
+    c.initialize().await;
+    let (items, _) = walk(&c, "tools/list", "tools").await;
+    let got = names(&items);
+    // `one`: no test_* tools, echo renamed and overridden, the rest under `one__`.
+    assert!(!got.iter().any(|n| n.starts_with("one__test_")), "{got:?}");
+    assert!(!got.contains(&"one__echo".to_owned()), "{got:?}");
+    let say = items
+        .iter()
+        .find(|t| t["name"] == "one__say")
+        .unwrap_or_else(|| panic!("{got:?}"));
+    assert_eq!(say["description"], "Says it back.");
+    assert_eq!(say["annotations"]["destructiveHint"], true, "{say}");
+    assert!(
+        say["inputSchema"]["properties"]["message"].is_object(),
+        "{say}"
+    );
+    assert!(got.contains(&"one__slow".to_owned()), "{got:?}");
+    // `two` without a prefix, only what it allows.
+    assert!(
+        got.contains(&"echo".to_owned()) && got.contains(&"slow".to_owned()),
+        "{got:?}"
+    );
+    assert!(!got.contains(&"test_simple_text".to_owned()), "{got:?}");
+    // server-everything without a prefix: its `echo` collides with two's and is
+    // left out (two is configured first); its other tools are there.
+    assert_eq!(got.iter().filter(|n| *n == "echo").count(), 1, "{got:?}");
+    assert!(got.contains(&"get-sum".to_owned()), "{got:?}");
+    let echo = c
+        .call_tool(json!(1), "echo", json!({"message": "hi"}))
+        .await;
+    assert_eq!(text_of(&echo), "hi", "two's echo, not everything's: {echo}");
+    let sum = c
+        .call_tool(json!(2), "get-sum", json!({"a": 2, "b": 3}))
+        .await;
+    assert!(text_of(&sum).contains('5'), "{sum}");
+    assert!(
+        metric_until(
+            &g,
+            "gantry_catalog_conflicts_total{backend=\"everything\"}",
+            |n| n >= 1.0
+        )
+        .await
+    );
+
+    // The renamed tool reaches the backend under its own name.
+    let said = c
+        .call_tool(json!(3), "one__say", json!({"message": "yo"}))
+        .await;
+    assert_eq!(text_of(&said), "yo", "{said}");
+    let calls: Vec<Value> = recorded(&rec)
+        .into_iter()
+        .filter(|m| m["method"] == "tools/call")
+        .collect();
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert_eq!(calls[0]["params"]["name"], "echo", "{calls:?}");
+    // A name the backend never listed, under its prefix, is the backend's to
+    // judge (as on a direct connection).
+    let unknown = c
+        .call_tool(json!(4), "one__no_such_thing_at_all", json!({}))
+        .await;
+    assert!(
+        unknown["error"].is_object() || unknown["result"]["isError"] == true,
+        "{unknown}"
+    );
+    // Hidden names answer as names no backend has, and never reach the backend.
+    for (id, hidden) in [
+        (5, "one__echo"),
+        (6, "one__test_simple_text"),
+        (7, "test_simple_text"),
+        (8, "nobody__echo"),
+    ] {
+        let r = c
+            .call_tool(json!(id), hidden, json!({"message": "x"}))
+            .await;
+        error_says(&r, -32602, &format!("unknown tool: {hidden}"));
+    }
+    let calls: Vec<Value> = recorded(&rec)
+        .into_iter()
+        .filter(|m| m["method"] == "tools/call")
+        .map(|m| m["params"]["name"].clone())
+        .collect();
+    assert_eq!(
+        calls,
+        [json!("echo"), json!("no_such_thing_at_all")],
+        "hidden tools must not reach the backend"
+    );
+}
+
+#[test]
+fn prefixes_that_would_collide_are_refused_at_load() {
+    let scratch = Scratch::new("catalog-prefix");
+    let file = scratch.file("gantry.toml");
+    let ex = example_bin();
+    std::fs::write(
+        &file,
+        format!(
+            "[[backends]]\nname = \"a\"\nstdio = {{ command = {ex:?} }}\n\
+             [[backends]]\nname = \"b\"\nprefix = \"a\"\nstdio = {{ command = {ex:?} }}\n\
+             [[backends]]\nname = \"a__x\"\nstdio = {{ command = {ex:?} }}\n\
+             [[backends]]\nname = \"c\"\nstdio = {{ command = {ex:?} }}\n\
+             tools = {{ rename = {{ echo = \"same\", slow = \"same\" }} }}\n\
+             resources = {{ rename = {{ \"test://x\" = \"y\" }} }}\n"
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new(gantry_bin())
+        .args(["check-config", "--file-only"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("backends[1].prefix: `a` is also the prefix of backend `a`"),
+        "{err}"
+    );
+    assert!(err.contains("backends[2].prefix: `a__x` and `a`"), "{err}");
+    assert!(
+        err.contains("backends[3].tools.rename: `echo` and `slow` are both renamed to `same`"),
+        "{err}"
+    );
+    assert!(err.contains("backends[3].resources.rename"), "{err}");
+}

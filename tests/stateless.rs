@@ -16,7 +16,7 @@ mod common;
 
 use common::{
     example_bin, fixture, metric, metric_until, recorded, sha256_hex, stateless_meta as meta,
-    Gantry, Reply, Stateless,
+    Gantry, Listen, Reply, Stateless,
 };
 use serde_json::{json, Value};
 use std::path::PathBuf;
@@ -634,59 +634,6 @@ async fn closing_the_response_stream_cancels_the_call_upstream() {
     assert!(call["params"].get("_meta").is_none(), "{call}");
     assert!(metric_until(&g, "gantry_calls_in_flight", |v| v == 0.0).await);
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-/// An open `subscriptions/listen` stream, read event by event.
-struct Listen {
-    resp: reqwest::Response,
-    parser: gantry::sse::Parser,
-    ready: std::collections::VecDeque<Value>,
-}
-
-impl Listen {
-    async fn open(c: &Stateless, id: Value, notifications: Value) -> Self {
-        let body = json!({"jsonrpc": "2.0", "id": id, "method": "subscriptions/listen",
-                          "params": {"notifications": notifications, "_meta": meta(json!({}))}});
-        let resp = c
-            .http
-            .post(&c.url)
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", V)
-            .header("mcp-method", "subscriptions/listen")
-            .timeout(Duration::from_secs(300))
-            .body(body.to_string())
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(resp.status(), 200);
-        let ct = resp.headers()["content-type"].to_str().unwrap().to_owned();
-        assert!(ct.starts_with("text/event-stream"), "{ct}");
-        Self {
-            resp,
-            parser: gantry::sse::Parser::new(1 << 20),
-            ready: Default::default(),
-        }
-    }
-
-    /// The next message, or `None` if none arrives within `within`.
-    async fn next(&mut self, within: Duration) -> Option<Value> {
-        let deadline = tokio::time::Instant::now() + within;
-        loop {
-            if let Some(m) = self.ready.pop_front() {
-                return Some(m);
-            }
-            let chunk = tokio::time::timeout_at(deadline, self.resp.chunk())
-                .await
-                .ok()?
-                .unwrap()?;
-            for e in self.parser.feed(&chunk).unwrap() {
-                if !e.data.trim().is_empty() {
-                    self.ready.push_back(serde_json::from_str(&e.data).unwrap());
-                }
-            }
-        }
-    }
 }
 
 fn mb_gantry(record: Option<&PathBuf>) -> Gantry {

@@ -11,8 +11,8 @@
 use parking_lot::Mutex;
 use serde_json::Value;
 use std::sync::Arc;
-use tokio::time::Instant;
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 /// The kinds of list a backend has.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -658,6 +658,59 @@ pub(crate) struct Stateless {
     pub key: Option<String>,
 }
 
+/// An open `subscriptions/listen` stream, read event by event.
+pub(crate) struct Listen {
+    resp: reqwest::Response,
+    parser: gantry::sse::Parser,
+    ready: std::collections::VecDeque<Value>,
+}
+
+impl Listen {
+    pub(crate) async fn open(c: &Stateless, id: Value, notifications: Value) -> Self {
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": "subscriptions/listen",
+                          "params": {"notifications": notifications, "_meta": stateless_meta(json!({}))}});
+        let resp = c
+            .http
+            .post(&c.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", STATELESS_VERSION)
+            .header("mcp-method", "subscriptions/listen")
+            .timeout(Duration::from_secs(300))
+            .body(body.to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        let ct = resp.headers()["content-type"].to_str().unwrap().to_owned();
+        assert!(ct.starts_with("text/event-stream"), "{ct}");
+        Self {
+            resp,
+            parser: gantry::sse::Parser::new(1 << 20),
+            ready: Default::default(),
+        }
+    }
+
+    /// The next message, or `None` if none arrives within `within`.
+    pub(crate) async fn next(&mut self, within: Duration) -> Option<Value> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            if let Some(m) = self.ready.pop_front() {
+                return Some(m);
+            }
+            let chunk = tokio::time::timeout_at(deadline, self.resp.chunk())
+                .await
+                .ok()?
+                .unwrap()?;
+            for e in self.parser.feed(&chunk).unwrap() {
+                if !e.data.trim().is_empty() {
+                    self.ready.push_back(serde_json::from_str(&e.data).unwrap());
+                }
+            }
+        }
+    }
+}
+
 pub(crate) fn stateless_meta(caps: Value) -> Value {
     json!({
         "io.modelcontextprotocol/protocolVersion": STATELESS_VERSION,
