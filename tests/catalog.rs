@@ -449,3 +449,129 @@ fn prefixes_that_would_collide_are_refused_at_load() {
     );
     assert!(err.contains("backends[3].resources.rename"), "{err}");
 }
+
+/// Reads `stream` until `within` passes; the `notifications/*/list_changed` seen.
+async fn list_changes(stream: &mut SseReader, within: std::time::Duration) -> Vec<String> {
+    let end = tokio::time::Instant::now() + within;
+    let mut seen = Vec::new();
+    loop {
+        match stream.next(end).await {
+            Next::Event(e) => {
+                if let Ok(m) = serde_json::from_str::<Value>(&e.data) {
+                    let method = m["method"].as_str().unwrap_or_default();
+                    if method.ends_with("/list_changed") {
+                        seen.push(method.to_owned());
+                    }
+                }
+            }
+            Next::End | Next::Timeout => return seen,
+        }
+    }
+}
+
+fn lists_of(rec: &std::path::Path, method: &str) -> usize {
+    recorded(rec)
+        .iter()
+        .filter(|m| m["method"] == method)
+        .count()
+}
+
+#[tokio::test]
+async fn a_backend_list_change_reaches_the_session_once_and_lists_come_from_the_cache() {
+    let scratch = Scratch::new("catalog-changes");
+    let rec = scratch.file("one.jsonl");
+    let g = gantry()
+        .backend(example().named("one").record(&rec))
+        .backend(example().named("two"))
+        .backend(everything())
+        .start();
+    let mut c = g.client();
+    c.initialize().await;
+    let mut stream = SseReader::new(c.open_get().await);
+    for _ in 0..5 {
+        let (items, _) = walk(&c, "tools/list", "tools").await;
+        assert!(!names(&items).contains(&"one__test_dynamic_tool".to_owned()));
+    }
+    assert_eq!(lists_of(&rec, "tools/list"), 1, "the backend is asked once");
+
+    // A change: the session hears of it once.
+    let r = c
+        .call_tool(json!(1), "one__test_trigger_tool_change", json!({}))
+        .await;
+    assert!(text_of(&r).contains("added"), "{r}");
+    let first = list_changes(&mut stream, std::time::Duration::from_secs(2)).await;
+    assert_eq!(first, ["notifications/tools/list_changed"]);
+    // Another before it listed again: nothing new to tell.
+    let r = c
+        .call_tool(json!(2), "one__test_trigger_tool_change", json!({}))
+        .await;
+    assert!(text_of(&r).contains("removed"), "{r}");
+    let second = list_changes(&mut stream, std::time::Duration::from_secs(1)).await;
+    assert!(second.is_empty(), "{second:?}");
+    // Listing again asks the backend again, and the next change is told again.
+    let (items, _) = walk(&c, "tools/list", "tools").await;
+    assert!(!names(&items).contains(&"one__test_dynamic_tool".to_owned()));
+    assert_eq!(lists_of(&rec, "tools/list"), 2);
+    c.call_tool(json!(3), "one__test_trigger_tool_change", json!({}))
+        .await;
+    let third = list_changes(&mut stream, std::time::Duration::from_secs(2)).await;
+    assert_eq!(third, ["notifications/tools/list_changed"]);
+    let (items, _) = walk(&c, "tools/list", "tools").await;
+    assert!(names(&items).contains(&"one__test_dynamic_tool".to_owned()));
+    // Prompts have their own notification.
+    walk(&c, "prompts/list", "prompts").await;
+    c.call_tool(json!(4), "one__test_trigger_prompt_change", json!({}))
+        .await;
+    let prompts = list_changes(&mut stream, std::time::Duration::from_secs(2)).await;
+    assert_eq!(prompts, ["notifications/prompts/list_changed"]);
+}
+
+#[tokio::test]
+async fn a_list_change_reaches_a_stateless_clients_listen_stream() {
+    let g = gantry()
+        .backend(example().named("one"))
+        .backend(example().named("two"))
+        .start();
+    let c = Stateless::new(&g);
+    let mut listen = Listen::open(&c, json!("l"), json!({"toolsListChanged": true})).await;
+    let ack = listen
+        .next(std::time::Duration::from_secs(10))
+        .await
+        .expect("no acknowledgement");
+    assert_eq!(
+        ack["method"], "notifications/subscriptions/acknowledged",
+        "{ack}"
+    );
+    let r = c
+        .request(json!(1), "tools/list", json!({}), json!({}))
+        .await;
+    let result = r.response(&json!(1)).unwrap()["result"].clone();
+    assert!(result["tools"].as_array().unwrap().len() > 10, "{result}");
+    assert!(result["ttlMs"].as_u64().is_some(), "{result}");
+    let r = c
+        .call(
+            json!(2),
+            "two__test_trigger_tool_change",
+            json!({}),
+            json!({}),
+        )
+        .await;
+    assert!(r.raw.contains("added"), "{}", r.raw);
+    let n = listen
+        .next(std::time::Duration::from_secs(5))
+        .await
+        .expect("no list_changed on the listen stream");
+    assert_eq!(n["method"], "notifications/tools/list_changed", "{n}");
+    assert_eq!(
+        n["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], "l",
+        "{n}"
+    );
+    assert_eq!(
+        listen.next(std::time::Duration::from_millis(500)).await,
+        None
+    );
+    let r = c
+        .request(json!(3), "tools/list", json!({}), json!({}))
+        .await;
+    assert!(r.raw.contains("two__test_dynamic_tool"), "{}", r.raw);
+}

@@ -622,13 +622,6 @@ impl Router {
             .filter(|&i| matches!(route.conns.get(i), Some(Some(_))))
             .filter(|&i| self.declares(route, i, kind))
             .collect();
-        let counters: Vec<u64> = targets
-            .iter()
-            .map(|&i| match route.conns.get(i) {
-                Some(Some(c)) => c.lists().counters().get(kind.index()).copied().unwrap_or(0),
-                _ => 0,
-            })
-            .collect();
         let avails: Vec<Availability> = targets
             .iter()
             .map(|&i| match route.conns.get(i) {
@@ -644,12 +637,14 @@ impl Router {
         .await;
         let mut inputs = Vec::with_capacity(got.len());
         let mut seen = Vec::with_capacity(got.len());
-        for (((&idx, counter), avail), g) in targets.iter().zip(counters).zip(avails).zip(&got) {
+        for ((&idx, avail), g) in targets.iter().zip(avails).zip(got) {
+            let Ok((g, counter)) = g else {
+                return Err(Fail::Cancelled);
+            };
             let (items, live) = match g {
-                Ok(Got::Live(items, gen)) => (Some(items.clone()), Some(*gen)),
-                Ok(Got::LastGood(items)) => (Some(items.clone()), None),
-                Ok(Got::Absent) => (None, None),
-                Err(()) => return Err(Fail::Cancelled),
+                Got::Live(items, gen) => (Some(items), Some(gen)),
+                Got::LastGood(items) => (Some(items), None),
+                Got::Absent => (None, None),
             };
             inputs.push(items);
             seen.push(Seen {
@@ -797,8 +792,8 @@ impl Router {
         }
     }
 
-    /// Backend `idx`'s list of `kind` for a view (see [`Router::view`]). `Err`:
-    /// the client cancelled.
+    /// Backend `idx`'s list of `kind` for a view (see [`Router::view`]), and the
+    /// kind's change counter it goes with. `Err`: the client cancelled.
     async fn items_of(
         &self,
         route: &SessionRoute,
@@ -806,9 +801,9 @@ impl Router {
         kind: ListKind,
         ctx: &CallCtx,
         deadline: tokio::time::Instant,
-    ) -> Result<Got, ()> {
+    ) -> Result<(Got, u64), ()> {
         let (Some(Some(conn)), Some(slot)) = (route.conns.get(idx), self.slots.get(idx)) else {
-            return Ok(Got::Absent);
+            return Ok((Got::Absent, 0));
         };
         let announces = route.info(idx).is_some_and(|i| {
             i.capabilities()
@@ -817,49 +812,47 @@ impl Router {
                 == Some(&Value::Bool(true))
         });
         let ttl = slot.cfg.list_ttl;
-        let fresh = |conn: &Conn| match (conn.availability(), conn.lists().get(kind)) {
-            (Availability::Up(gen), Some(l))
-                if !l.stale && l.gen == gen && (announces || l.at.elapsed() < ttl) =>
-            {
-                Some((l.items, gen))
-            }
-            _ => None,
-        };
-        if let Some((items, gen)) = fresh(conn) {
-            return Ok(Got::Live(items, gen));
+        // The counter is read before the entry: a change after it is one the
+        // session will hear of.
+        let before = conn.lists().counter(kind);
+        if let Some((items, gen)) = fresh(conn, kind, announces, ttl) {
+            return Ok((Got::Live(items, gen), before));
         }
         let why = if conn.availability() == Availability::Down {
             "it is down"
-        } else {
-            let Some(lock) = conn.lists().fill_lock(kind) else {
-                return Ok(Got::Absent);
-            };
+        } else if route.per_call.get(idx) == Some(&true) {
+            // Listed on a connection made for the call, as the session's calls are.
             let filled = tokio::time::timeout_at(deadline, async {
-                let _filling = lock.lock().await;
-                // Listed by another session meanwhile?
-                if let Some(hit) = fresh(conn) {
-                    return Ok(hit);
-                }
+                let items =
+                    fetch_pages(kind, |p| forward(route, idx, kind.method(), p, ctx)).await?;
                 let gen = match conn.availability() {
-                    Availability::Up(g) => Some(g),
-                    _ => None,
+                    Availability::Up(g) => g,
+                    _ => 0,
                 };
-                let items = self.fetch_all(route, idx, kind, ctx).await?;
-                let gen = gen.or(match conn.availability() {
-                    Availability::Up(g) => Some(g),
-                    _ => None,
-                });
-                Ok((
-                    conn.lists().store(kind, gen.unwrap_or(0), items),
-                    gen.unwrap_or(0),
-                ))
+                let (items, counter) = conn.lists().store(kind, gen, items);
+                Ok::<_, Fail>((items, gen, counter))
             })
             .await;
             match filled {
-                Ok(Ok((items, gen))) => return Ok(Got::Live(items, gen)),
+                Ok(Ok((items, gen, counter))) => return Ok((Got::Live(items, gen), counter)),
                 Ok(Err(Fail::Cancelled)) => return Err(()),
                 Ok(Err(_)) => "its list failed",
                 Err(_) => "it did not list within catalog.deadline",
+            }
+        } else {
+            // Listed by a task of its own: a list that comes after the deadline
+            // still fills the cache (and the session hears of it).
+            let fill = tokio::spawn(fill(conn.clone(), kind, announces, ttl));
+            tokio::select! {
+                _ = ctx.cancel.cancelled() => return Err(()),
+                r = tokio::time::timeout_at(deadline, fill) => match r {
+                    Ok(Ok(Ok((items, gen, counter)))) => {
+                        return Ok((Got::Live(items, gen), counter))
+                    }
+                    Ok(Ok(Err(Fail::Cancelled))) => return Err(()),
+                    Ok(_) => "its list failed",
+                    Err(_) => "it did not list within catalog.deadline (it goes on in the background)",
+                }
             }
         };
         let last = match self.catalog.on_unavailable {
@@ -878,43 +871,108 @@ impl Router {
             &slot.stats.catalog_omitted
         };
         counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Ok(last.map_or(Got::Absent, Got::LastGood))
+        Ok((last.map_or(Got::Absent, Got::LastGood), before))
     }
+}
 
-    /// Every item of one backend's list, following `nextCursor` to the end.
-    async fn fetch_all(
-        &self,
-        route: &SessionRoute,
-        idx: usize,
-        kind: ListKind,
-        ctx: &CallCtx,
-    ) -> Result<Vec<Value>, Fail> {
-        let method = kind.method();
-        let mut items = Vec::new();
-        let mut cursor: Option<String> = None;
-        for _ in 0..MAX_PAGES {
-            let params = cursor.as_ref().map(|c| to_raw(&json!({ "cursor": c })));
-            let raw = forward(route, idx, method, params, ctx).await?;
-            let mut page: Value = serde_json::from_str(raw.get()).map_err(|e| {
-                Fail::Own(RpcError::new(
-                    code::BACKEND_ERROR,
-                    format!("invalid list result: {e}"),
-                ))
-            })?;
-            if let Some(Value::Array(list)) = page.get_mut(kind.field()).map(Value::take) {
-                items.extend(list);
-            }
-            match page.get("nextCursor").and_then(Value::as_str) {
-                Some(next) if Some(next) != cursor.as_deref() => cursor = Some(next.to_owned()),
-                _ => return Ok(items),
-            }
+/// The connection's cached list of `kind` when it is still good: from the live
+/// incarnation, not announced stale, and (for a kind the backend does not announce
+/// changes of) younger than `ttl`.
+fn fresh(
+    conn: &Conn,
+    kind: ListKind,
+    announces: bool,
+    ttl: Duration,
+) -> Option<(Arc<Vec<Value>>, u64)> {
+    match (conn.availability(), conn.lists().get(kind)) {
+        (Availability::Up(gen), Some(l))
+            if !l.stale && l.gen == gen && (announces || l.at.elapsed() < ttl) =>
+        {
+            Some((l.items, gen))
         }
-        tracing::warn!(
-            method,
-            "backend returned more than {MAX_PAGES} pages; the rest is left out"
-        );
-        Ok(items)
+        _ => None,
     }
+}
+
+/// Lists `kind` on `conn` into its cache (one caller at a time; one that waited
+/// finds the list another just made): the items, the incarnation, the counter.
+async fn fill(
+    conn: Arc<Conn>,
+    kind: ListKind,
+    announces: bool,
+    ttl: Duration,
+) -> Result<(Arc<Vec<Value>>, u64, u64), Fail> {
+    let Some(lock) = conn.lists().fill_lock(kind) else {
+        return Err(Fail::Internal(RpcError::new(
+            code::INTERNAL_ERROR,
+            "no such list",
+        )));
+    };
+    let _filling = lock.lock().await;
+    let before = conn.lists().counter(kind);
+    if let Some((items, gen)) = fresh(&conn, kind, announces, ttl) {
+        return Ok((items, gen, before));
+    }
+    let gen = match conn.availability() {
+        Availability::Up(g) => Some(g),
+        _ => None,
+    };
+    // Gantry's own request: nothing it causes belongs to a client.
+    let ctx = CallCtx {
+        sink: Arc::new(super::Hub::new(
+            conn.name(),
+            Arc::new(crate::upstream::BackendStats::default()),
+        )),
+        cancel: CancellationToken::new(),
+        client: crate::call::ClientView::default(),
+        timeout: None,
+        trace: None,
+    };
+    let items = fetch_pages(kind, |p| {
+        super::forward::relay(&conn, kind.method(), p, &ctx)
+    })
+    .await?;
+    let gen = gen
+        .or(match conn.availability() {
+            Availability::Up(g) => Some(g),
+            _ => None,
+        })
+        .unwrap_or(0);
+    let (items, counter) = conn.lists().store(kind, gen, items);
+    Ok((items, gen, counter))
+}
+
+/// Every item of one backend's list, following `nextCursor` to the end (at most
+/// `MAX_PAGES` pages).
+async fn fetch_pages<F, Fut>(kind: ListKind, mut page: F) -> Result<Vec<Value>, Fail>
+where
+    F: FnMut(Option<Box<RawValue>>) -> Fut,
+    Fut: std::future::Future<Output = Result<Box<RawValue>, Fail>>,
+{
+    let mut items = Vec::new();
+    let mut cursor: Option<String> = None;
+    for _ in 0..MAX_PAGES {
+        let params = cursor.as_ref().map(|c| to_raw(&json!({ "cursor": c })));
+        let raw = page(params).await?;
+        let mut got: Value = serde_json::from_str(raw.get()).map_err(|e| {
+            Fail::Own(RpcError::new(
+                code::BACKEND_ERROR,
+                format!("invalid list result: {e}"),
+            ))
+        })?;
+        if let Some(Value::Array(list)) = got.get_mut(kind.field()).map(Value::take) {
+            items.extend(list);
+        }
+        match got.get("nextCursor").and_then(Value::as_str) {
+            Some(next) if Some(next) != cursor.as_deref() => cursor = Some(next.to_owned()),
+            _ => return Ok(items),
+        }
+    }
+    tracing::warn!(
+        method = kind.method(),
+        "backend returned more than {MAX_PAGES} pages; the rest is left out"
+    );
+    Ok(items)
 }
 
 #[cfg(test)]

@@ -157,31 +157,42 @@ impl ListCache {
         self.bump(kinds);
     }
 
-    /// Stores what incarnation `gen` listed. When it differs from a copy that was
-    /// not known to be stale (a restart, a time to live that ran out, a backend
-    /// that never announces), that is a change the routes hear of.
-    pub fn store(&self, kind: ListKind, gen: u64, items: Vec<Value>) -> Arc<Vec<Value>> {
+    /// Stores what incarnation `gen` listed, and returns it with the kind's change
+    /// counter after it. A list that differs from the copy before it (or is the
+    /// first) is a change the routes hear of — a restart, a time to live that ran
+    /// out, a list that came after a client stopped waiting for it; the caller
+    /// that stored it knows the new list already (the counter returned).
+    pub fn store(&self, kind: ListKind, gen: u64, items: Vec<Value>) -> (Arc<Vec<Value>>, u64) {
         let d = digest(&items);
         let items = Arc::new(items);
         let Some(entry) = self.entries.get(kind.index()) else {
-            return items;
+            return (items, 0);
         };
-        let unannounced = {
-            let mut e = entry.lock();
-            let unannounced = e.as_ref().is_some_and(|old| !old.stale && old.digest != d);
-            *e = Some(Listed {
-                items: items.clone(),
-                gen,
-                at: Instant::now(),
-                stale: false,
-                digest: d,
-            });
-            unannounced
-        };
-        if unannounced {
+        let mut e = entry.lock();
+        let new = e.as_ref().is_none_or(|old| old.digest != d);
+        *e = Some(Listed {
+            items: items.clone(),
+            gen,
+            at: Instant::now(),
+            stale: false,
+            digest: d,
+        });
+        // Bumped under the entry's lock: a reader that sees the new entry sees its
+        // counter too.
+        if new {
             self.bump(&[kind]);
         }
-        items
+        drop(e);
+        (items, self.counter(kind))
+    }
+
+    /// The change counter of `kind`.
+    pub fn counter(&self, kind: ListKind) -> u64 {
+        self.changed
+            .borrow()
+            .get(kind.index())
+            .copied()
+            .unwrap_or(0)
     }
 
     fn bump(&self, kinds: &[ListKind]) {
@@ -214,26 +225,26 @@ mod tests {
     #[test]
     fn announced_changes_count_once_and_unannounced_ones_are_found() {
         let c = ListCache::default();
+        let (_, n) = c.store(ListKind::Tools, 1, vec![json!({"name": "a"})]);
+        assert_eq!(n, 1, "a first list is news to the routes that had none");
         c.store(ListKind::Tools, 1, vec![json!({"name": "a"})]);
-        assert_eq!(c.counters(), [0; 4], "the first list is no change");
-        c.store(ListKind::Tools, 1, vec![json!({"name": "a"})]);
-        assert_eq!(c.counters(), [0; 4], "the same list again is no change");
-        c.announce(&[ListKind::Tools]);
-        assert!(c.get(ListKind::Tools).unwrap().stale);
-        assert_eq!(c.counters(), [1, 0, 0, 0]);
-        c.store(ListKind::Tools, 1, vec![json!({"name": "b"})]);
         assert_eq!(
             c.counters(),
             [1, 0, 0, 0],
-            "an announced change counts once"
+            "the same list again is no change"
         );
-        c.store(ListKind::Tools, 2, vec![json!({"name": "c"})]);
+        c.announce(&[ListKind::Tools]);
+        assert!(c.get(ListKind::Tools).unwrap().stale);
+        assert_eq!(c.counters(), [2, 0, 0, 0]);
+        c.store(ListKind::Tools, 1, vec![json!({"name": "a"})]);
         assert_eq!(
             c.counters(),
             [2, 0, 0, 0],
-            "a change found on listing counts"
+            "announced, but the same: nothing new"
         );
+        let (_, n) = c.store(ListKind::Tools, 2, vec![json!({"name": "c"})]);
+        assert_eq!(n, 3, "a change found on listing counts");
         c.announce(ListKind::changed_by("notifications/resources/list_changed"));
-        assert_eq!(c.counters(), [2, 0, 1, 1]);
+        assert_eq!(c.counters(), [3, 0, 1, 1]);
     }
 }
