@@ -575,3 +575,102 @@ async fn a_list_change_reaches_a_stateless_clients_listen_stream() {
         .await;
     assert!(r.raw.contains("two__test_dynamic_tool"), "{}", r.raw);
 }
+
+/// The misbehaving fixture as backend `mb`, restarted only after a minute once it
+/// crashes (so it stays down for the test).
+fn mb_down_after_crash() -> BackendSpec {
+    python_fixture("mb", "misbehaving_server.py")
+        .set(r#"restart = { initial_backoff = "60s", max_backoff = "60s" }"#)
+}
+
+#[tokio::test]
+async fn a_backend_down_at_list_time_keeps_its_last_good_entries_and_fails_fast() {
+    let g = gantry()
+        .backend(example().named("one"))
+        .backend(mb_down_after_crash())
+        .start();
+    let mut c = g.client();
+    c.initialize().await;
+    let (before, _) = walk(&c, "tools/list", "tools").await;
+    assert!(
+        names(&before).contains(&"mb__echo".to_owned()),
+        "{:?}",
+        names(&before)
+    );
+    let crashed = c.call_tool(json!(1), "mb__crash", json!({})).await;
+    assert!(crashed["error"].is_object(), "{crashed}");
+    // Down: its tools are still listed, and a call fails at once, naming it.
+    let (after, _) = walk(&c, "tools/list", "tools").await;
+    assert_eq!(names(&after), names(&before));
+    let started = std::time::Instant::now();
+    let r = c
+        .call_tool(json!(2), "mb__echo", json!({"message": "x"}))
+        .await;
+    assert_rpc_error(&r, -32000, Some("mb"));
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(5),
+        "not fast: {r}"
+    );
+    assert!(
+        metric_until(
+            &g,
+            "gantry_catalog_fallbacks_total{backend=\"mb\",served=\"last_good\"}",
+            |n| n >= 1.0
+        )
+        .await
+    );
+}
+
+#[tokio::test]
+async fn a_backend_down_at_list_time_is_omitted_when_so_configured_and_the_session_is_told() {
+    let g = gantry()
+        .backend(example().named("one"))
+        .backend(mb_down_after_crash())
+        .section("[catalog]\non_unavailable = \"omit\"")
+        .start();
+    let mut c = g.client();
+    c.initialize().await;
+    let mut stream = SseReader::new(c.open_get().await);
+    let (before, _) = walk(&c, "tools/list", "tools").await;
+    assert!(names(&before).contains(&"mb__echo".to_owned()));
+    c.call_tool(json!(1), "mb__crash", json!({})).await;
+    let told = list_changes(&mut stream, std::time::Duration::from_secs(2)).await;
+    assert_eq!(told, ["notifications/tools/list_changed"]);
+    let (after, _) = walk(&c, "tools/list", "tools").await;
+    let after = names(&after);
+    assert!(!after.iter().any(|n| n.starts_with("mb__")), "{after:?}");
+    assert!(after.contains(&"one__echo".to_owned()), "{after:?}");
+}
+
+#[tokio::test]
+async fn a_slow_backend_does_not_hold_the_list_past_the_deadline() {
+    let g = gantry()
+        .backend(example().named("one"))
+        .backend(python_fixture("mb", "misbehaving_server.py").env("MB_LIST_DELAY", "3"))
+        .section("[catalog]\ndeadline = \"300ms\"")
+        .start();
+    let mut c = g.client();
+    c.initialize().await;
+    let mut stream = SseReader::new(c.open_get().await);
+    let started = std::time::Instant::now();
+    let (first, _) = walk(&c, "tools/list", "tools").await;
+    let waited = started.elapsed();
+    let first = names(&first);
+    assert!(
+        waited < std::time::Duration::from_secs(2),
+        "waited {waited:?}"
+    );
+    assert!(first.contains(&"one__echo".to_owned()), "{first:?}");
+    assert!(!first.iter().any(|n| n.starts_with("mb__")), "{first:?}");
+    // Its list still comes, fills the cache, and the session is told.
+    let told = list_changes(&mut stream, std::time::Duration::from_millis(4500)).await;
+    assert_eq!(told, ["notifications/tools/list_changed"]);
+    let started = std::time::Instant::now();
+    let (second, _) = walk(&c, "tools/list", "tools").await;
+    assert!(started.elapsed() < std::time::Duration::from_secs(2));
+    assert!(
+        names(&second).contains(&"mb__echo".to_owned()),
+        "{:?}",
+        names(&second)
+    );
+}
