@@ -132,6 +132,10 @@ enum Command {
         /// for another machine or a container image).
         #[arg(long)]
         file_only: bool,
+        /// Also show what reloading a running instance started from this file would
+        /// change: backends added, changed, removed, and settings that need a restart.
+        #[arg(long, value_name = "RUNNING_FILE")]
+        against: Option<PathBuf>,
     },
     /// Show a running Gantry's backends: state, mode, connections, restarts, eras,
     /// last error. Exit status 0 when ready, 2 when not ready, 1 when it cannot be
@@ -287,7 +291,15 @@ fn build_config(cli: &Cli) -> anyhow::Result<Config> {
     Ok(file.validate(&origin, &|k| std::env::var(k).ok())?)
 }
 
-fn check_config(path: &Path, file_only: bool) -> std::process::ExitCode {
+fn check_config(path: &Path, file_only: bool, against: Option<&Path>) -> std::process::ExitCode {
+    let running = match against.map(Config::load) {
+        Some(Err(e)) => {
+            eprintln!("{e}");
+            return std::process::ExitCode::FAILURE;
+        }
+        Some(Ok(c)) => Some(c),
+        None => None,
+    };
     match Config::load(path) {
         Ok(cfg) => {
             let findings = if file_only {
@@ -312,6 +324,14 @@ fn check_config(path: &Path, file_only: bool) -> std::process::ExitCode {
                     .collect::<Vec<_>>()
                     .join(", ")
             );
+            if let (Some(old), Some(running)) = (&running, against) {
+                let plan = gantry::router::ReloadPlan::between(old, &old.backends, &cfg);
+                println!(
+                    "reload of a Gantry started from {}: {}",
+                    running.display(),
+                    plan.summary()
+                );
+            }
             std::process::ExitCode::SUCCESS
         }
         Err(e) => {
@@ -402,6 +422,58 @@ fn block_on(
     }
 }
 
+/// SIGHUP (and, with `server.watch_config`, a change of the file's contents):
+/// the configuration is built again as at start (file, then environment, then
+/// flags) and applied; one that does not load changes nothing.
+async fn reload_on_signal(
+    cli: Cli,
+    app: std::sync::Arc<gantry::front::App>,
+    stop: CancellationToken,
+) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut hup) = signal(SignalKind::hangup()) else {
+        tracing::error!("cannot install the SIGHUP handler; reload is off");
+        return;
+    };
+    let watched = cli.config.clone().filter(|_| app.cfg.server.watch_config);
+    let read = |p: &Path| std::fs::read(p).ok();
+    let mut last = watched.as_deref().and_then(read);
+    loop {
+        let why = tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = hup.recv() => "SIGHUP",
+            _ = tokio::time::sleep(std::time::Duration::from_secs(2)), if watched.is_some() => {
+                let now = watched.as_deref().and_then(read);
+                if now.is_none() || now == last {
+                    continue;
+                }
+                last = now;
+                "the configuration file changed"
+            }
+        };
+        if cli.config.is_none() {
+            tracing::warn!("{why}: nothing to reload (no --config file)");
+            continue;
+        }
+        match build_config(&cli) {
+            Ok(new) => {
+                let plan = app.reload(new).await;
+                tracing::info!(
+                    added = ?plan.added,
+                    changed = ?plan.changed,
+                    removed = ?plan.removed,
+                    needs_restart = ?plan.needs_restart,
+                    "{why}: configuration reloaded ({})",
+                    plan.summary()
+                );
+            }
+            Err(e) => {
+                tracing::error!("{why}: the new configuration is not valid, the running one stays in force: {e:#}");
+            }
+        }
+    }
+}
+
 async fn shutdown_signal(stop: CancellationToken) {
     use tokio::signal::unix::{signal, SignalKind};
     let (Ok(mut term), Ok(mut int)) = (
@@ -423,7 +495,11 @@ async fn shutdown_signal(stop: CancellationToken) {
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse_ordered();
     match &cli.command {
-        Some(Command::CheckConfig { file, file_only }) => return check_config(file, *file_only),
+        Some(Command::CheckConfig {
+            file,
+            file_only,
+            against,
+        }) => return check_config(file, *file_only, against.as_deref()),
         Some(Command::Status { url, key, json }) => return status(url, key.as_deref(), *json),
         Some(Command::Healthcheck {
             url,
@@ -482,6 +558,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     eprintln!("gantry listening on {scheme}://{addr}{path}");
     let stop = CancellationToken::new();
     tokio::spawn(shutdown_signal(stop.clone()));
+    tokio::spawn(reload_on_signal(cli, app.clone(), stop.clone()));
     gantry::front::serve(app, listener, stop).await?;
     tracing::info!("stopped");
     Ok(())

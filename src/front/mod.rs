@@ -71,6 +71,23 @@ pub struct App {
     stateless: dashmap::DashMap<String, Arc<tokio::sync::OnceCell<Arc<stateless::Internal>>>>,
 }
 
+impl App {
+    /// Applies a reloaded configuration: its backends and `[catalog]` go to the
+    /// running router and every session (see `router::reload`); the plan returned
+    /// names what changed and the settings that need a restart to take effect.
+    pub async fn reload(&self, new: Config) -> crate::router::ReloadPlan {
+        let plan =
+            crate::router::ReloadPlan::between(&self.cfg, &self.router.backend_configs(), &new);
+        let sessions = self.sessions.all();
+        let routes: Vec<&crate::router::SessionRoute> =
+            sessions.iter().filter_map(|s| s.route()).collect();
+        self.router
+            .reload(&new, &routes, self.cfg.server.shutdown_grace)
+            .await;
+        plan
+    }
+}
+
 /// Counts a call in progress (graceful shutdown waits for them).
 struct CallGuard<'a>(&'a AtomicUsize);
 impl Drop for CallGuard<'_> {
@@ -271,6 +288,7 @@ async fn metrics(State(app): State<Arc<App>>) -> HttpResponse {
         }
     }
     for (name, stats) in app.router.backend_stats() {
+        let name = name.as_str();
         m.backend_up
             .with_label_values(&[name])
             .set(i64::from(stats.state().is_up()));
@@ -329,7 +347,7 @@ async fn ready(State(app): State<Arc<App>>) -> HttpResponse {
     let waiting: Vec<&str> = backends
         .iter()
         .filter(|(_, required, state)| *required && !state.is_up())
-        .map(|(name, _, _)| *name)
+        .map(|(name, _, _)| name.as_str())
         .collect();
     let status = if app.stopping.is_cancelled() {
         "stopping"

@@ -260,11 +260,28 @@ impl crate::call::Downstream for QuietLists {
     }
 }
 
+impl Router {
+    /// Starts (again, after a reload) the watcher of the session's lists (see
+    /// [`watch`]).
+    pub(super) fn watch_catalog(&self, route: &SessionRoute) {
+        let stop = CancellationToken::new();
+        let old = std::mem::replace(&mut *route.watcher.lock(), stop.clone());
+        old.cancel();
+        watch(
+            route.links().conns.clone(),
+            route.served.clone(),
+            route.session.clone(),
+            self.catalog().on_unavailable == OnUnavailable::Omit,
+            stop,
+        );
+    }
+}
+
 /// Tells the session of every change of a list it was served, once, until it is
 /// served again: a backend's announcement, a change found on listing, a backend
 /// that came up, restarted or (with `on_unavailable = "omit"`) went down. Ends
 /// with `stop`.
-pub(super) fn watch(
+fn watch(
     conns: Vec<Option<Arc<Conn>>>,
     served: Arc<Served>,
     session: Sink,
@@ -484,7 +501,13 @@ impl Router {
         // Not listed (a backend that is down, one that has not announced a new
         // tool yet, a tool it does not list): `<prefix><sep><name>` goes to that
         // backend, as a direct connection would, unless its policy hides the name.
-        Ok(self.slots.iter().enumerate().find_map(|(i, s)| {
+        let links = route.links();
+        let configured = self.slots();
+        Ok(links.slots.iter().enumerate().find_map(|(i, s)| {
+            // A backend a reload removed is no one's to call.
+            if !configured.iter().any(|c| Arc::ptr_eq(c, s)) {
+                return None;
+            }
             let prefix = s.cfg.prefix.as_deref().unwrap_or(&s.cfg.name);
             if prefix.is_empty() {
                 return None;
@@ -519,7 +542,8 @@ impl Router {
                     .max_by_key(|(prefix, _)| prefix.len())
                     .map(|(_, i)| *i)
             })?;
-        let slot = self.slots.get(found)?;
+        drop(cat);
+        let slot = route.links().slots.get(found)?.clone();
         allowed(&slot.cfg.resources, uri).then_some(found)
     }
 
@@ -560,7 +584,7 @@ impl Router {
             None => 0,
             Some(c) => parse_cursor(c, kind, view.digest, len)?,
         };
-        let size = self.catalog.page_size;
+        let size = self.catalog().page_size;
         let end = if size == 0 {
             len
         } else {
@@ -599,9 +623,13 @@ impl Router {
     /// Whether backend `idx` has lists of `kind`, as far as the session knows (a
     /// backend not seen yet is asked).
     fn declares(&self, route: &SessionRoute, idx: usize, kind: ListKind) -> bool {
-        let info = route
-            .info(idx)
-            .or_else(|| self.slots.get(idx).and_then(|s| s.last_info.lock().clone()));
+        let info = route.info(idx).or_else(|| {
+            route
+                .links()
+                .slots
+                .get(idx)
+                .and_then(|s| s.last_info.lock().clone())
+        });
         match info {
             Some(i) => i.capabilities().get(kind.capability()).is_some(),
             None => true,
@@ -617,14 +645,15 @@ impl Router {
         kind: ListKind,
         ctx: &CallCtx,
     ) -> Result<Arc<View>, Fail> {
-        let deadline = tokio::time::Instant::now() + self.catalog.deadline;
-        let targets: Vec<usize> = (0..route.slots.len())
-            .filter(|&i| matches!(route.conns.get(i), Some(Some(_))))
+        let deadline = tokio::time::Instant::now() + self.catalog().deadline;
+        let links = route.links();
+        let targets: Vec<usize> = (0..links.slots.len())
+            .filter(|&i| matches!(links.conns.get(i), Some(Some(_))))
             .filter(|&i| self.declares(route, i, kind))
             .collect();
         let avails: Vec<Availability> = targets
             .iter()
-            .map(|&i| match route.conns.get(i) {
+            .map(|&i| match links.conns.get(i) {
                 Some(Some(c)) => c.availability(),
                 _ => Availability::Down,
             })
@@ -674,7 +703,7 @@ impl Router {
                 return Ok(v.clone());
             }
         }
-        let view = Arc::new(self.build(kind, inputs, seen));
+        let view = Arc::new(self.build(&links.slots, kind, inputs, seen));
         let mut cat = route.catalog.lock();
         if let Some(v) = cat.views.get_mut(kind.index()) {
             *v = Some(view.clone());
@@ -683,7 +712,13 @@ impl Router {
     }
 
     /// Merges the backends' items under their policies (see the module docs).
-    fn build(&self, kind: ListKind, inputs: Vec<Option<Arc<Vec<Value>>>>, seen: Vec<Seen>) -> View {
+    fn build(
+        &self,
+        slots: &[Arc<super::Slot>],
+        kind: ListKind,
+        inputs: Vec<Option<Arc<Vec<Value>>>>,
+        seen: Vec<Seen>,
+    ) -> View {
         let mut view = View {
             inputs: Vec::new(),
             seen: Vec::new(),
@@ -696,7 +731,7 @@ impl Router {
         };
         let mut shortest: Option<Duration> = None;
         for (s, items) in seen.iter().zip(&inputs) {
-            let Some(slot) = self.slots.get(s.idx) else {
+            let Some(slot) = slots.get(s.idx) else {
                 continue;
             };
             let Some(items) = items else { continue };
@@ -729,7 +764,7 @@ impl Router {
                         let shown = policy.rename.get(own).map_or(own, String::as_str);
                         let exposed = expose(prefix, &self.sep, shown);
                         if let Some((held, _)) = view.names.get(&exposed) {
-                            self.conflict(kind, s.idx, *held, &exposed);
+                            conflict(slots, kind, s.idx, *held, &exposed);
                             continue;
                         }
                         if let Some(obj) = item.as_object_mut() {
@@ -739,7 +774,7 @@ impl Router {
                     }
                     ListKind::Resources => {
                         if let Some(held) = view.uris.get(own) {
-                            self.conflict(kind, s.idx, *held, own);
+                            conflict(slots, kind, s.idx, *held, own);
                             continue;
                         }
                         view.uris.insert(own.to_owned(), s.idx);
@@ -764,34 +799,6 @@ impl Router {
         view
     }
 
-    /// Logs and counts, once per name, an item left out for a name another
-    /// backend's item has.
-    fn conflict(&self, kind: ListKind, idx: usize, held: usize, name: &str) {
-        let (Some(slot), Some(holder)) = (self.slots.get(idx), self.slots.get(held)) else {
-            return;
-        };
-        if held == idx {
-            // One backend listing a name twice: its own affair; the first is kept.
-            return;
-        }
-        let first = {
-            let mut seen = slot.conflicts.lock();
-            seen.len() < 10_000 && seen.insert((kind.index(), name.to_owned()))
-        };
-        if first {
-            slot.stats
-                .catalog_conflicts
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            tracing::warn!(
-                backend = %slot.cfg.name,
-                kept = %holder.cfg.name,
-                name = %name.chars().take(200).collect::<String>(),
-                list = kind.field(),
-                "two backends offer one name; the one configured first keeps it, the other's is left out (set `prefix` or `rename`)"
-            );
-        }
-    }
-
     /// Backend `idx`'s list of `kind` for a view (see [`Router::view`]), and the
     /// kind's change counter it goes with. `Err`: the client cancelled.
     async fn items_of(
@@ -802,7 +809,8 @@ impl Router {
         ctx: &CallCtx,
         deadline: tokio::time::Instant,
     ) -> Result<(Got, u64), ()> {
-        let (Some(Some(conn)), Some(slot)) = (route.conns.get(idx), self.slots.get(idx)) else {
+        let links = route.links();
+        let (Some(Some(conn)), Some(slot)) = (links.conns.get(idx), links.slots.get(idx)) else {
             return Ok((Got::Absent, 0));
         };
         let announces = route.info(idx).is_some_and(|i| {
@@ -820,7 +828,7 @@ impl Router {
         }
         let why = if conn.availability() == Availability::Down {
             "it is down"
-        } else if route.per_call.get(idx) == Some(&true) {
+        } else if links.per_call.get(idx) == Some(&true) {
             // Listed on a connection made for the call, as the session's calls are.
             let filled = tokio::time::timeout_at(deadline, async {
                 let items =
@@ -855,7 +863,7 @@ impl Router {
                 }
             }
         };
-        let last = match self.catalog.on_unavailable {
+        let last = match self.catalog().on_unavailable {
             OnUnavailable::LastGood => conn.lists().get(kind).map(|l| l.items),
             OnUnavailable::Omit => None,
         };
@@ -872,6 +880,34 @@ impl Router {
         };
         counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok((last.map_or(Got::Absent, Got::LastGood), before))
+    }
+}
+
+/// Logs and counts, once per name, an item left out for a name another backend's
+/// item has.
+fn conflict(slots: &[Arc<super::Slot>], kind: ListKind, idx: usize, held: usize, name: &str) {
+    let (Some(slot), Some(holder)) = (slots.get(idx), slots.get(held)) else {
+        return;
+    };
+    if held == idx {
+        // One backend listing a name twice: its own affair; the first is kept.
+        return;
+    }
+    let first = {
+        let mut seen = slot.conflicts.lock();
+        seen.len() < 10_000 && seen.insert((kind.index(), name.to_owned()))
+    };
+    if first {
+        slot.stats
+            .catalog_conflicts
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        tracing::warn!(
+            backend = %slot.cfg.name,
+            kept = %holder.cfg.name,
+            name = %name.chars().take(200).collect::<String>(),
+            list = kind.field(),
+            "two backends offer one name; the one configured first keeps it, the other's is left out (set `prefix` or `rename`)"
+        );
     }
 }
 

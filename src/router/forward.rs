@@ -55,10 +55,11 @@ pub(crate) async fn forward(
     ctx: &CallCtx,
 ) -> Result<Box<RawValue>, Fail> {
     let gantrys_own = matches!(method, "resources/subscribe" | "resources/unsubscribe");
-    if route.per_call.get(idx) == Some(&true) && !gantrys_own {
+    let links = route.links();
+    if links.per_call.get(idx) == Some(&true) && !gantrys_own {
         return forward_per_call(route, idx, method, params, ctx).await;
     }
-    let Some(Some(conn)) = route.conns.get(idx) else {
+    let Some(Some(conn)) = links.conns.get(idx) else {
         return Err(Fail::Internal(RpcError::new(
             code::INTERNAL_ERROR,
             "no such backend",
@@ -77,7 +78,7 @@ pub(super) async fn forward_per_call(
     params: Option<Box<RawValue>>,
     ctx: &CallCtx,
 ) -> Result<Box<RawValue>, Fail> {
-    let Some(slot) = route.slots.get(idx) else {
+    let Some(slot) = route.links().slots.get(idx).cloned() else {
         return Err(Fail::Internal(RpcError::new(
             code::INTERNAL_ERROR,
             "no such backend",

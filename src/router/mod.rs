@@ -20,11 +20,13 @@ mod catalog;
 mod client;
 mod forward;
 mod hub;
+mod reload;
 mod route;
 mod slot;
 
 pub use client::{Caller, ClientInit};
 pub(crate) use forward::{forward, Fail};
+pub use reload::ReloadPlan;
 pub use route::SessionRoute;
 
 pub use hub::{level_rank, Hub, UpstreamSubs, LOG_LEVELS};
@@ -36,11 +38,9 @@ use crate::mcp::Era;
 use crate::router::slot::Slot;
 use crate::telemetry::metrics::Outcome;
 use crate::upstream::{BackendStats, Conn, UpstreamError};
-use parking_lot::Mutex;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
@@ -54,9 +54,10 @@ pub enum RouteError {
 
 /// The backends and how requests reach them.
 pub struct Router {
-    slots: Vec<Arc<Slot>>,
+    /// The configured backends (replaced by a reload).
+    slots: parking_lot::RwLock<Arc<Vec<Arc<Slot>>>>,
     sep: String,
-    catalog: crate::config::CatalogConfig,
+    catalog: parking_lot::RwLock<crate::config::CatalogConfig>,
 }
 
 fn gantry_info() -> Value {
@@ -67,56 +68,35 @@ impl Router {
     /// A router over the configured backends.
     pub fn new(cfg: &Config) -> Self {
         Self {
-            slots: cfg
-                .backends
-                .iter()
-                .map(|b| {
-                    let stats = Arc::new(BackendStats::default());
-                    // A fixed era is known from the start.
-                    match b.era {
-                        crate::config::Era::Auto => {}
-                        crate::config::Era::Session => {
-                            stats.eras.set(Era::Session, true);
-                            stats.eras.set(Era::Stateless, false);
-                        }
-                        crate::config::Era::Stateless => {
-                            stats.eras.set(Era::Stateless, true);
-                            stats.eras.set(Era::Session, false);
-                        }
-                    }
-                    Arc::new(Slot {
-                        cfg: b.clone(),
-                        stats,
-                        shared: tokio::sync::Mutex::new([None, None]),
-                        users: tokio::sync::Mutex::new(HashMap::new()),
-                        warm: Mutex::new([Vec::new(), Vec::new()]),
-                        stateless_demand: AtomicBool::new(false),
-                        last_info: Mutex::new(None),
-                        conflicts: Mutex::new(std::collections::HashSet::new()),
-                    })
-                })
-                .collect(),
+            slots: parking_lot::RwLock::new(Arc::new(cfg.backends.iter().map(Slot::new).collect())),
             sep: cfg.namespacing.separator.clone(),
-            catalog: cfg.catalog.clone(),
+            catalog: parking_lot::RwLock::new(cfg.catalog.clone()),
         }
+    }
+
+    /// The configured backends now.
+    fn slots(&self) -> Arc<Vec<Arc<Slot>>> {
+        self.slots.read().clone()
+    }
+
+    /// `[catalog]` now.
+    fn catalog(&self) -> crate::config::CatalogConfig {
+        self.catalog.read().clone()
     }
 
     /// Shuts down the shared and per-user backend connections (per-session ones end
     /// with their sessions).
     pub async fn shutdown(&self) {
         let mut conns: Vec<Arc<Conn>> = Vec::new();
-        for s in &self.slots {
-            conns.extend(
-                s.shared
-                    .lock()
-                    .await
-                    .iter_mut()
-                    .filter_map(Option::take)
-                    .map(|(c, _)| c),
-            );
-            conns.extend(s.users.lock().await.drain().map(|(_, (c, _))| c));
+        for s in self.slots().iter() {
+            conns.extend(s.take_all().await);
         }
         futures::future::join_all(conns.iter().map(|c| c.shutdown())).await;
+    }
+
+    /// The backends' settings now (what a reload compares a new file with).
+    pub fn backend_configs(&self) -> Vec<crate::config::BackendConfig> {
+        self.slots().iter().map(|s| s.cfg.clone()).collect()
     }
 
     /// Starts every `required` backend and waits until it is initialized (each within
@@ -125,7 +105,8 @@ impl Router {
     /// that could not start, with why.
     pub async fn start_required(&self) -> Result<(), (String, UpstreamError)> {
         let cancel = CancellationToken::new();
-        let checks = self.slots.iter().filter(|s| s.cfg.required).map(|slot| {
+        let slots = self.slots();
+        let checks = slots.iter().filter(|s| s.cfg.required).map(|slot| {
             let cancel = cancel.clone();
             async move {
                 let name = slot.cfg.name.clone();
@@ -155,31 +136,31 @@ impl Router {
     }
 
     /// Each backend's name, whether it is required, and its state.
-    pub fn backend_states(&self) -> Vec<(&str, bool, crate::upstream::BackendState)> {
-        self.slots
+    pub fn backend_states(&self) -> Vec<(String, bool, crate::upstream::BackendState)> {
+        self.slots()
             .iter()
-            .map(|s| (s.cfg.name.as_str(), s.cfg.required, s.stats.state()))
+            .map(|s| (s.cfg.name.clone(), s.cfg.required, s.stats.state()))
             .collect()
     }
 
     /// Each backend's name and counters, in configuration order.
-    pub fn backend_stats(&self) -> Vec<(&str, &BackendStats)> {
-        self.slots
+    pub fn backend_stats(&self) -> Vec<(String, Arc<BackendStats>)> {
+        self.slots()
             .iter()
-            .map(|s| (s.cfg.name.as_str(), &*s.stats))
+            .map(|s| (s.cfg.name.clone(), s.stats.clone()))
             .collect()
     }
 
     /// Whether every backend is known to speak `era`.
     pub fn all_speak(&self, era: Era) -> bool {
-        self.slots
+        self.slots()
             .iter()
             .all(|s| s.stats.eras.get(era) == Some(true))
     }
 
     /// Backend names, in configuration order.
     pub fn backend_names(&self) -> Vec<String> {
-        self.slots.iter().map(|s| s.cfg.name.clone()).collect()
+        self.slots().iter().map(|s| s.cfg.name.clone()).collect()
     }
 
     /// Answers one client request, and says how it ended (for the metrics). No
@@ -263,7 +244,8 @@ impl Router {
         };
         route.log_level.store(rank, Ordering::Relaxed);
         let mut calls = Vec::new();
-        for (idx, conn) in route.conns.iter().enumerate() {
+        let links = route.links();
+        for (idx, conn) in links.conns.iter().enumerate() {
             let declares = conn
                 .as_ref()
                 .and_then(|c| c.info())
@@ -271,7 +253,7 @@ impl Router {
             if !declares {
                 continue;
             }
-            let upstream = match route.hubs.get(idx).and_then(Option::as_ref) {
+            let upstream = match links.hubs.get(idx).and_then(Option::as_ref) {
                 Some(hub) => hub.set_level(route.key, rank),
                 None => Some(rank),
             };
@@ -329,7 +311,13 @@ impl Router {
         params: Option<Box<RawValue>>,
         ctx: &CallCtx,
     ) -> Result<Box<RawValue>, Fail> {
-        let Some(hub) = route.hubs.get(idx).and_then(Option::as_ref) else {
+        let Some(hub) = route
+            .links()
+            .hubs
+            .get(idx)
+            .and_then(Option::as_ref)
+            .cloned()
+        else {
             return forward(route, idx, method, params, ctx).await;
         };
         let uri = crate::jsonrpc::string_field(params.as_deref(), "uri").ok_or_else(|| {
@@ -366,7 +354,7 @@ impl Router {
 
     /// Forwards a client notification to the session's backends.
     pub fn notify(&self, route: &SessionRoute, n: &Notification) {
-        for c in route.conns.iter().flatten() {
+        for c in route.links().conns.iter().flatten() {
             c.notify(n);
         }
     }

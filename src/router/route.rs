@@ -35,23 +35,35 @@ pub(super) enum Link {
     Down,
 }
 
-/// One client session's view of the backends.
-pub struct SessionRoute {
-    pub(super) key: u64,
-    pub(super) principal: String,
+/// A session's backends, index by index. Indices never change for the session:
+/// a reload appends backends it adds, replaces the connection of one it changes in
+/// place and leaves a removed one as an entry without connection.
+pub(super) struct Links {
     pub(super) slots: Vec<Arc<Slot>>,
     pub(super) conns: Vec<Option<Arc<Conn>>>,
     /// For connections shared with other sessions: their fan-out hub.
     pub(super) hubs: Vec<Option<Arc<Hub>>>,
     /// Backends this route reaches with a connection per call.
     pub(super) per_call: Vec<bool>,
+}
+
+/// One client session's view of the backends.
+pub struct SessionRoute {
+    pub(super) key: u64,
+    pub(super) principal: String,
+    pub(super) links: parking_lot::RwLock<Arc<Links>>,
     /// Where backend traffic no call claims goes.
     pub(super) owner: Sink,
+    /// The session itself (`owner` without the catalog's filter).
+    pub(super) session: Sink,
+    /// How the session connected (a reload connects it to new backends alike).
+    pub(super) init: ClientInit,
+    pub(super) caller: Caller,
     pub(super) catalog: Mutex<Catalog>,
     /// What each list was last served from (the catalog watcher's baseline).
     pub(super) served: Arc<super::catalog::Served>,
     /// Stops the catalog watcher (multi-backend sessions).
-    pub(super) watcher: CancellationToken,
+    pub(super) watcher: Mutex<CancellationToken>,
     pub(super) single: bool,
     /// The session's `logging/setLevel` rank (255: never set, everything passes).
     pub(super) log_level: AtomicU8,
@@ -61,7 +73,7 @@ pub(super) static NEXT_ROUTE: AtomicU64 = AtomicU64::new(1);
 
 impl Drop for SessionRoute {
     fn drop(&mut self) {
-        self.watcher.cancel();
+        self.watcher.lock().cancel();
     }
 }
 
@@ -70,17 +82,32 @@ impl SessionRoute {
     /// on shared ones its subscriptions are dropped (the last one upstream too), and a
     /// per-user connection whose last session this was shuts down.
     pub async fn close(&self) {
-        self.watcher.cancel();
+        self.watcher.lock().cancel();
+        let links = self.links();
         let mut stops = Vec::new();
-        for (idx, conn) in self.conns.iter().enumerate() {
-            let Some(conn) = conn else { continue };
-            let Some(hub) = self.hubs.get(idx).and_then(Option::as_ref) else {
-                stops.push(conn.clone());
-                continue;
+        for idx in 0..links.conns.len() {
+            stops.extend(self.leave(&links, idx).await);
+        }
+        futures::future::join_all(stops.iter().map(|c| c.shutdown())).await;
+    }
+
+    /// The session's backends now.
+    pub(super) fn links(&self) -> Arc<Links> {
+        self.links.read().clone()
+    }
+
+    /// Ends the session's use of backend `idx` of `links`; returns the connection
+    /// to shut down, if one is the session's to stop.
+    pub(super) async fn leave(&self, links: &Links, idx: usize) -> Option<Arc<Conn>> {
+        let mut stops = Vec::new();
+        {
+            let Some(Some(conn)) = links.conns.get(idx) else {
+                return None;
             };
-            let Some(slot) = self.slots.get(idx) else {
-                continue;
+            let Some(hub) = links.hubs.get(idx).and_then(Option::as_ref) else {
+                return Some(conn.clone());
             };
+            let slot = links.slots.get(idx)?;
             // Per-user: hold the user table while leaving, so a new session of the same
             // principal cannot join a connection that is being shut down.
             let users = if slot.cfg.session_mode == SessionMode::PerUser {
@@ -94,8 +121,7 @@ impl SessionRoute {
                 let current = slot.shared.lock().await;
                 let is_current = current.iter().flatten().any(|(c, _)| Arc::ptr_eq(c, conn));
                 if !is_current {
-                    stops.push(conn.clone());
-                    continue;
+                    return Some(conn.clone());
                 }
             }
             if left.empty && slot.cfg.session_mode == SessionMode::PerUser {
@@ -136,27 +162,38 @@ impl SessionRoute {
                 }
             }
         }
-        futures::future::join_all(stops.iter().map(|c| c.shutdown())).await;
+        stops.pop()
     }
 
     /// Requests in flight on this session's backend connections.
     pub fn pending(&self) -> usize {
-        self.conns.iter().flatten().map(|c| c.pending()).sum()
+        self.links()
+            .conns
+            .iter()
+            .flatten()
+            .map(|c| c.pending())
+            .sum()
     }
 
     /// Whether some backend is reached with a connection per call (such a route
     /// cannot hold a resource subscription open).
     pub fn has_per_call(&self) -> bool {
-        self.per_call.iter().any(|p| *p)
+        self.links().per_call.iter().any(|p| *p)
     }
 
     /// What backend `idx` said about itself: its connection's initialize result, or
     /// for a backend reached per call, the last one seen.
     pub(super) fn info(&self, idx: usize) -> Option<Arc<InitInfo>> {
-        let own = self.conns.get(idx).and_then(Option::as_ref)?.info();
+        let links = self.links();
+        let own = links.conns.get(idx).and_then(Option::as_ref)?.info();
         own.or_else(|| {
-            (self.per_call.get(idx) == Some(&true))
-                .then(|| self.slots.get(idx).and_then(|s| s.last_info.lock().clone()))
+            (links.per_call.get(idx) == Some(&true))
+                .then(|| {
+                    links
+                        .slots
+                        .get(idx)
+                        .and_then(|s| s.last_info.lock().clone())
+                })
                 .flatten()
         })
     }
@@ -190,7 +227,8 @@ impl Router {
     ) -> Result<(SessionRoute, Value), RouteError> {
         let version = init.negotiated();
         let key = NEXT_ROUTE.fetch_add(1, Ordering::Relaxed);
-        let single = self.slots.len() == 1;
+        let slots = self.slots();
+        let single = slots.len() == 1;
         // Several backends: their list changes reach the session through the
         // catalog's watcher (once per change), not as they come.
         let session = owner;
@@ -199,9 +237,9 @@ impl Router {
         } else {
             Arc::new(super::catalog::QuietLists(session.clone()))
         };
-        let mut links = Vec::with_capacity(self.slots.len());
+        let mut links = Vec::with_capacity(slots.len());
         let mut first_err = None;
-        for slot in &self.slots {
+        for slot in slots.iter() {
             match self
                 .connect(slot, key, caller, principal, init, &owner, cancel)
                 .await
@@ -237,7 +275,7 @@ impl Router {
         .await;
         let mut infos: Vec<Option<Arc<InitInfo>>> = Vec::with_capacity(ready.len());
         for (idx, (conn, r)) in conns.iter().zip(ready).enumerate() {
-            let slot = self.slots.get(idx);
+            let slot = slots.get(idx);
             match (conn, r) {
                 (_, Some(Ok(info))) => {
                     if let Some(s) = slot {
@@ -257,14 +295,19 @@ impl Router {
         let route = SessionRoute {
             key,
             principal: principal.to_owned(),
-            slots: self.slots.clone(),
-            conns,
-            hubs,
-            per_call,
+            links: parking_lot::RwLock::new(Arc::new(Links {
+                slots: slots.to_vec(),
+                conns,
+                hubs,
+                per_call,
+            })),
             owner,
+            session,
+            init: init.clone(),
+            caller,
             catalog: Mutex::new(Catalog::default()),
             served: Arc::new(Mutex::new(Default::default())),
-            watcher: CancellationToken::new(),
+            watcher: Mutex::new(CancellationToken::new()),
             single,
             log_level: AtomicU8::new(u8::MAX),
         };
@@ -277,13 +320,7 @@ impl Router {
             )));
         }
         if !single {
-            super::catalog::watch(
-                route.conns.clone(),
-                route.served.clone(),
-                session,
-                self.catalog.on_unavailable == crate::config::OnUnavailable::Omit,
-                route.watcher.clone(),
-            );
+            self.watch_catalog(&route);
         }
         let result = self.initialize_result(version, &infos);
         Ok((route, result))
@@ -420,7 +457,7 @@ impl Router {
             caps.insert("completions".into(), json!({}));
         }
         let mut instructions = String::new();
-        for (slot, info) in self.slots.iter().zip(infos) {
+        for (slot, info) in self.slots().iter().zip(infos) {
             if let Some(text) = info
                 .as_ref()
                 .and_then(|i| i.result.get("instructions"))

@@ -45,6 +45,50 @@ pub(super) struct Slot {
 }
 
 impl Slot {
+    /// A backend with no connection yet.
+    pub(super) fn new(b: &BackendConfig) -> Arc<Self> {
+        let stats = Arc::new(BackendStats::default());
+        // A fixed era is known from the start.
+        match b.era {
+            crate::config::Era::Auto => {}
+            crate::config::Era::Session => {
+                stats.eras.set(Era::Session, true);
+                stats.eras.set(Era::Stateless, false);
+            }
+            crate::config::Era::Stateless => {
+                stats.eras.set(Era::Stateless, true);
+                stats.eras.set(Era::Session, false);
+            }
+        }
+        Arc::new(Slot {
+            cfg: b.clone(),
+            stats,
+            shared: tokio::sync::Mutex::new([None, None]),
+            users: tokio::sync::Mutex::new(HashMap::new()),
+            warm: Mutex::new([Vec::new(), Vec::new()]),
+            stateless_demand: AtomicBool::new(false),
+            last_info: Mutex::new(None),
+            conflicts: Mutex::new(std::collections::HashSet::new()),
+        })
+    }
+
+    /// Takes every connection the backend keeps for sessions to come: shared,
+    /// per-user and warm ones (to stop them).
+    pub(super) async fn take_all(&self) -> Vec<Arc<Conn>> {
+        let mut conns: Vec<Arc<Conn>> = self
+            .shared
+            .lock()
+            .await
+            .iter_mut()
+            .filter_map(Option::take)
+            .map(|(c, _)| c)
+            .collect();
+        conns.extend(self.users.lock().await.drain().map(|(_, (c, _))| c));
+        let warm = std::mem::take(&mut *self.warm.lock());
+        conns.extend(warm.into_iter().flatten());
+        conns
+    }
+
     /// Starts a connection for callers of `want` within `pool.max_connections`.
     pub(super) fn start(
         &self,
@@ -262,11 +306,11 @@ impl Router {
     /// stateless-era callers of a `per-session` backend that lacks their era once
     /// one has needed a connection of its own. Runs until `stop`.
     pub async fn maintain_pools(&self, stop: CancellationToken) {
-        if self.slots.iter().all(|s| s.cfg.pool.min_idle == 0) {
+        if self.slots().iter().all(|s| s.cfg.pool.min_idle == 0) {
             return;
         }
         loop {
-            for slot in &self.slots {
+            for slot in self.slots().iter() {
                 if slot.cfg.pool.min_idle == 0 {
                     continue;
                 }
@@ -316,7 +360,7 @@ impl Router {
                 _ = stop.cancelled() => break,
             }
         }
-        for slot in &self.slots {
+        for slot in self.slots().iter() {
             let warm: Vec<Arc<Conn>> = slot
                 .warm
                 .lock()

@@ -527,6 +527,11 @@ impl SessionStore {
         n
     }
 
+    /// Every live session.
+    pub fn all(&self) -> Vec<Arc<Session>> {
+        self.map.iter().map(|e| e.value().clone()).collect()
+    }
+
     /// Ends every session (shutdown).
     pub async fn end_all(&self) {
         let ids: Vec<String> = self.map.iter().map(|e| e.key().clone()).collect();

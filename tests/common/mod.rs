@@ -212,6 +212,27 @@ impl Gantry {
         }
     }
 
+    /// The configuration file it was started with (`with_config`).
+    pub(crate) fn config_path(&self) -> std::path::PathBuf {
+        self._dir
+            .as_ref()
+            .expect("started with a config file")
+            .0
+            .join("gantry.toml")
+    }
+
+    /// Writes `toml` over its configuration file and sends SIGHUP (to the
+    /// supervisor, which passes it on).
+    pub(crate) fn reload(&self, toml: &str) {
+        std::fs::write(self.config_path(), toml).unwrap();
+        let ok = Command::new("kill")
+            .args(["-HUP", &self.supervisor_pid().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill -HUP failed");
+    }
+
     /// The process started as `gantry` (the supervisor).
     pub(crate) fn supervisor_pid(&self) -> u32 {
         self.child.id()
@@ -1200,7 +1221,7 @@ impl BackendSpec {
 }
 
 /// A Gantry to start, built.
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub struct GantrySpec {
     server: Vec<String>,
     sections: Vec<String>,
