@@ -674,3 +674,53 @@ async fn a_slow_backend_does_not_hold_the_list_past_the_deadline() {
         names(&second)
     );
 }
+
+#[tokio::test]
+async fn one_backend_with_a_policy_is_shaped_by_it_under_its_own_names() {
+    let scratch = Scratch::new("catalog-single");
+    let rec = scratch.file("only.jsonl");
+    let g = gantry()
+        .backend(
+            example()
+                .named("only")
+                .record(&rec)
+                .set(r#"tools = { deny = ["slow", "test_*"], rename = { echo = "say" } }"#),
+        )
+        .start();
+    let mut c = g.client();
+    let init = c.initialize().await;
+    // Still the backend's own identity.
+    assert_ne!(init["result"]["serverInfo"]["name"], "gantry", "{init}");
+    let (items, _) = walk(&c, "tools/list", "tools").await;
+    let got = names(&items);
+    assert!(got.contains(&"say".to_owned()), "{got:?}");
+    assert!(
+        got.contains(&"json_schema_2020_12_tool".to_owned()),
+        "{got:?}"
+    );
+    assert!(
+        !got.iter()
+            .any(|n| n == "slow" || n == "echo" || n.starts_with("test_")),
+        "{got:?}"
+    );
+    let said = c
+        .call_tool(json!(1), "say", json!({"message": "one"}))
+        .await;
+    assert_eq!(text_of(&said), "one", "{said}");
+    for (id, hidden) in [(2, "slow"), (3, "echo"), (4, "test_simple_text")] {
+        let r = c
+            .call_tool(json!(id), hidden, json!({"message": "x", "ms": 1}))
+            .await;
+        error_says(&r, -32602, &format!("unknown tool: {hidden}"));
+    }
+    let calls: Vec<Value> = recorded(&rec)
+        .into_iter()
+        .filter(|m| m["method"] == "tools/call")
+        .map(|m| m["params"]["name"].clone())
+        .collect();
+    assert_eq!(
+        calls,
+        [json!("echo")],
+        "hidden tools must not reach the backend"
+    );
+}

@@ -119,6 +119,16 @@ fn parse_params(params: Option<&RawValue>) -> indexmap::IndexMap<String, Box<Raw
         .unwrap_or_default()
 }
 
+/// The prefix of `slot`'s names: its `prefix`, else its name — none in a session
+/// opened with one backend (`bare`).
+fn prefix_of(slot: &super::Slot, bare: bool) -> &str {
+    match &slot.cfg.prefix {
+        Some(p) => p,
+        None if bare => "",
+        None => &slot.cfg.name,
+    }
+}
+
 /// Whether the policy lets clients see `name` (a URI for resources).
 fn allowed(policy: &ItemPolicy, name: &str) -> bool {
     use crate::auth::policy::glob;
@@ -508,11 +518,13 @@ impl Router {
             if !configured.iter().any(|c| Arc::ptr_eq(c, s)) {
                 return None;
             }
-            let prefix = s.cfg.prefix.as_deref().unwrap_or(&s.cfg.name);
-            if prefix.is_empty() {
-                return None;
-            }
-            let rest = name.strip_prefix(prefix)?.strip_prefix(&self.sep)?;
+            let prefix = prefix_of(s, route.bare);
+            let rest = match (prefix.is_empty(), route.bare) {
+                // The only backend, without a prefix: every name is its own.
+                (true, true) => name,
+                (true, false) => return None,
+                (false, _) => name.strip_prefix(prefix)?.strip_prefix(&self.sep)?,
+            };
             let policy = match kind {
                 ListKind::Tools => &s.cfg.tools,
                 _ => &s.cfg.prompts,
@@ -703,7 +715,7 @@ impl Router {
                 return Ok(v.clone());
             }
         }
-        let view = Arc::new(self.build(&links.slots, kind, inputs, seen));
+        let view = Arc::new(self.build(&links.slots, route.bare, kind, inputs, seen));
         let mut cat = route.catalog.lock();
         if let Some(v) = cat.views.get_mut(kind.index()) {
             *v = Some(view.clone());
@@ -715,6 +727,7 @@ impl Router {
     fn build(
         &self,
         slots: &[Arc<super::Slot>],
+        bare: bool,
         kind: ListKind,
         inputs: Vec<Option<Arc<Vec<Value>>>>,
         seen: Vec<Seen>,
@@ -736,13 +749,12 @@ impl Router {
             };
             let Some(items) = items else { continue };
             shortest = Some(shortest.map_or(slot.cfg.list_ttl, |d| d.min(slot.cfg.list_ttl)));
-            let backend = slot.cfg.name.as_str();
             let policy = match kind {
                 ListKind::Tools => &slot.cfg.tools,
                 ListKind::Prompts => &slot.cfg.prompts,
                 ListKind::Resources | ListKind::Templates => &slot.cfg.resources,
             };
-            let prefix = slot.cfg.prefix.as_deref().unwrap_or(backend);
+            let prefix = prefix_of(slot, bare);
             for item in items.iter() {
                 let key_field = match kind {
                     ListKind::Tools | ListKind::Prompts => "name",

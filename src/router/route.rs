@@ -65,6 +65,8 @@ pub struct SessionRoute {
     /// Stops the catalog watcher (multi-backend sessions).
     pub(super) watcher: Mutex<CancellationToken>,
     pub(super) single: bool,
+    /// Opened with one backend: names carry no prefix unless `prefix` sets one.
+    pub(super) bare: bool,
     /// The session's `logging/setLevel` rank (255: never set, everything passes).
     pub(super) log_level: AtomicU8,
 }
@@ -228,7 +230,15 @@ impl Router {
         let version = init.negotiated();
         let key = NEXT_ROUTE.fetch_add(1, Ordering::Relaxed);
         let slots = self.slots();
-        let single = slots.len() == 1;
+        // One backend: transparent, unless its policy shapes what clients see (then
+        // the catalog serves it, its names without a prefix unless one is set).
+        let bare = slots.len() == 1;
+        let single = bare
+            && slots.first().is_some_and(|s| {
+                s.cfg.tools == Default::default()
+                    && s.cfg.prompts == Default::default()
+                    && s.cfg.resources == Default::default()
+            });
         // Several backends: their list changes reach the session through the
         // catalog's watcher (once per change), not as they come.
         let session = owner;
@@ -309,6 +319,7 @@ impl Router {
             served: Arc::new(Mutex::new(Default::default())),
             watcher: Mutex::new(CancellationToken::new()),
             single,
+            bare,
             log_level: AtomicU8::new(u8::MAX),
         };
         if infos.iter().all(Option::is_none) {
