@@ -288,7 +288,7 @@ fn build_config(cli: &Cli) -> anyhow::Result<Config> {
         .config
         .as_deref()
         .map_or_else(|| "command line".to_owned(), |p| p.display().to_string());
-    Ok(file.validate(&origin, &|k| std::env::var(k).ok())?)
+    Ok(file.validate(&origin)?)
 }
 
 fn check_config(path: &Path, file_only: bool, against: Option<&Path>) -> std::process::ExitCode {

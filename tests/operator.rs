@@ -265,7 +265,8 @@ fn gantry_status(url: &str, key: Option<&str>) -> (Option<i32>, String, String) 
     )
 }
 
-/// A command that is not there, and a `${VAR}` in `args` (never expanded), are
+/// A command that is not there, and a shell-style `$VAR` in `args` (only `${VAR}` is
+/// replaced), are
 /// reported by `check-config` (exit 1) and warned about at start-up.
 #[tokio::test]
 async fn missing_commands_and_unexpanded_args_are_reported() {
@@ -273,7 +274,7 @@ async fn missing_commands_and_unexpanded_args_are_reported() {
     let file = dir.file("gantry.toml");
     std::fs::write(
         &file,
-        "[[backends]]\nname = \"files\"\nstdio = { command = \"no-such-cmd-xyz\", args = [\"--root\", \"${HOME}/data\"] }\n",
+        "[[backends]]\nname = \"files\"\nstdio = { command = \"no-such-cmd-xyz\", args = [\"--root\", \"$HOME/data\", \"${HOME}/x\"] }\n",
     )
     .unwrap();
     let out = std::process::Command::new(gantry_bin())
@@ -288,9 +289,11 @@ async fn missing_commands_and_unexpanded_args_are_reported() {
         "{err}"
     );
     assert!(
-        err.contains("backends[0] (`files`).stdio.args[1]: `${HOME}/data` is passed as written"),
+        err.contains("backends[0] (`files`).stdio.args[1]: `$HOME/data` is passed as written"),
         "{err}"
     );
+    assert!(err.contains("write `${HOME}`"), "{err}");
+    assert!(!err.contains("args[2]"), "`${{HOME}}` is replaced: {err}");
 
     let g = gantry()
         .backend(stdio("files", "no-such-cmd-xyz", &[]))
@@ -666,4 +669,58 @@ async fn healthcheck_says_alive_and_ready_in_one_line() {
     assert!(out.contains("cannot reach"), "{out}");
     let (code, out) = gantry_healthcheck(&["ftp://x"]);
     assert_eq!(code, Some(1), "{out}");
+}
+
+/// For containers: `GANTRY_SERVER_*` set `[server]` keys (flags still win), a secret
+/// comes from a file (`sha256_file`), and `${VAR}` works in any string value.
+#[tokio::test]
+async fn the_environment_sets_server_keys_secrets_and_any_string() {
+    let dir = Scratch::new("environ");
+    let digest = dir.file("key.sha256");
+    std::fs::write(&digest, format!("{}\n", sha256_hex("k1"))).unwrap();
+    let g = gantry()
+        .backend(
+            example()
+                .named("one")
+                .set(r#"tools = { override = { echo = { description = "${ECHO_TEXT}" } } }"#),
+        )
+        .section(&format!(
+            "[[auth.api_keys]]\nprincipal = \"p\"\nsha256_file = {:?}\n",
+            digest.to_str().unwrap()
+        ))
+        .env("GANTRY_SERVER_PATH", "/via-env")
+        .env("GANTRY_SERVER_MAX_SESSIONS", "1")
+        // `--listen` (the harness's) wins over this.
+        .env("GANTRY_SERVER_LISTEN", "127.0.0.1:1")
+        .env("ECHO_TEXT", "from the environment")
+        .start();
+    assert!(g.url.ends_with("/via-env"), "{}", g.url);
+    let mut c = g.bearer("k1");
+    c.initialize().await;
+    let r = c.request(json!(1), "tools/list", json!({})).await;
+    let tools = r.response(&json!(1)).unwrap()["result"]["tools"].clone();
+    let echo = tools
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "echo")
+        .unwrap_or_else(|| panic!("{tools}"))
+        .clone();
+    assert_eq!(echo["description"], "from the environment", "{echo}");
+    // max_sessions = 1 from the environment: a second session is refused.
+    let second = g
+        .bearer("k1")
+        .post(
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"}}}),
+        )
+        .await;
+    assert_eq!(second.status, 503, "{}", second.raw);
+    // A wrong key is still refused.
+    let wrong = g
+        .bearer("k2")
+        .post(&json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}))
+        .await;
+    assert_eq!(wrong.status, 401, "{}", wrong.raw);
 }

@@ -36,6 +36,7 @@ pub enum ConfigError {
     },
 }
 
+mod environ;
 mod file;
 pub mod preflight;
 mod validate;
@@ -83,7 +84,7 @@ impl Config {
             path: origin.to_owned(),
             message: errors.join("\n"),
         })?;
-        file.validate(origin, &|k| std::env::var(k).ok())
+        file.validate(origin)
     }
 }
 
@@ -95,27 +96,62 @@ impl Config {
 /// are not checked (every key below it would seem misplaced), and "missing" errors
 /// after a syntax error are left out (the line set aside may be what holds the key).
 pub fn parse_all(text: &str) -> Result<ConfigFile, Vec<String>> {
+    let vars: Vec<(String, String)> = std::env::vars().collect();
+    parse_all_with(text, &|k| std::env::var(k).ok(), &vars)
+}
+
+/// [`parse_all`] with this environment: `env` for `${VAR}`, `vars` for the
+/// `GANTRY_*` overrides (see [`environ`]).
+pub fn parse_all_with(
+    text: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+    vars: &[(String, String)],
+) -> Result<ConfigFile, Vec<String>> {
     let (mut text, mut errors, lost_header) = syntax_pass(text);
     if lost_header {
         return Err(errors);
     }
     let after_syntax = !errors.is_empty();
+    // The file with the environment applied: what is read. Its errors have no line;
+    // the file's own are found with lines below.
+    let mut late: Vec<String> = Vec::new();
+    if !after_syntax {
+        if let Ok(mut tree) = toml::from_str::<toml::Table>(&text) {
+            late = environ::prepare(&mut tree, env, vars);
+            if late.is_empty() {
+                match toml::Value::Table(tree).try_into::<ConfigFile>() {
+                    Ok(file) => return Ok(file),
+                    Err(e) => late.push(format!(
+                        "{} (with the GANTRY_* variables and *_file keys applied)",
+                        hint(e.to_string())
+                    )),
+                }
+            }
+        }
+    }
     for _ in 0..32 {
         let e = match toml::from_str::<ConfigFile>(&text) {
-            Ok(file) if errors.is_empty() => return Ok(file),
-            Ok(_) => return Err(errors),
+            Ok(_) => break,
             Err(e) => e,
         };
         let message = e.to_string();
-        if !(after_syntax && message.contains("missing field")) {
+        // `<key>_file` is read before the file is checked (see `environ`).
+        let file_key = message.contains("unknown field `") && message.contains("_file`");
+        if !(file_key || after_syntax && message.contains("missing field")) {
             errors.push(hint(message));
         }
         let Some(line) = e.span().and_then(|span| simple_line(&text, span.start)) else {
-            return Err(errors);
+            break;
         };
         // Blanked (same length, newline kept) so later errors keep their positions.
         let blank = " ".repeat(line.len());
         text.replace_range(line, &blank);
+    }
+    if errors.is_empty() {
+        errors = late;
+    }
+    if errors.is_empty() {
+        errors.push("the configuration could not be read".into());
     }
     Err(errors)
 }
@@ -305,10 +341,10 @@ mod tests {
             [[backends]]
             name = "x"
             stdio = { command = "a" }
-            http = { url = "ftp://x", headers = { Authorization = "${NOPE}" } }
+            http = { url = "ftp://x" }
         "#;
-        let file: ConfigFile = toml::from_str(text).unwrap();
-        let err = file.validate("t.toml", &env).unwrap_err().to_string();
+        let file = parse_all_with(text, &env, &[]).unwrap();
+        let err = file.validate("t.toml").unwrap_err().to_string();
         for want in [
             "server.listen",
             "backends[0].name",
@@ -325,8 +361,9 @@ mod tests {
             let text = format!(
                 "[[backends]]\nname = \"a\"\nstdio = {{ command = \"a\" }}\n[limits]\n{limits}"
             );
-            let file: ConfigFile = toml::from_str(&text).unwrap();
-            file.validate("t.toml", &env)
+            parse_all_with(&text, &env, &[])
+                .map_err(|e| e.join("\n"))
+                .and_then(|f| f.validate("t.toml").map_err(|e| e.to_string()))
         };
         let ok = check(
             "store = \"redis\"\n[limits.redis]\nurl = \"redis://:${TOKEN}@cache:6379/2\"\n[[limits.rules]]\nname = \"r\"\nrate = \"1/s\"\non_store_error = \"local\"\n",
@@ -368,8 +405,9 @@ mod tests {
             let text = format!(
                 "[[backends]]\nname = \"a\"\nstdio = {{ command = \"a\" }}\n[tracing]\n{tracing}"
             );
-            let file: ConfigFile = toml::from_str(&text).unwrap();
-            file.validate("t.toml", &env)
+            parse_all_with(&text, &env, &[])
+                .map_err(|e| e.join("\n"))
+                .and_then(|f| f.validate("t.toml").map_err(|e| e.to_string()))
         };
         let ok = check(
             "endpoint = \"http://otel:4318\"\nheaders = { authorization = \"Bearer ${TOKEN}\" }\n",
@@ -405,9 +443,8 @@ mod tests {
             let text = format!(
                 "[[backends]]\nname = \"a\"\nstdio = {{ command = \"a\" }}\nsession_mode = \"{mode}\"\nidle_timeout = \"{idle}\"\n"
             );
-            let file: ConfigFile = toml::from_str(&text).unwrap();
-            file.validate("t.toml", &env)
-                .map(|c| c.backends[0].idle_timeout)
+            let file = parse_all_with(&text, &env, &[]).unwrap();
+            file.validate("t.toml").map(|c| c.backends[0].idle_timeout)
         };
         assert_eq!(
             with("per-session", "2m").unwrap(),
@@ -432,8 +469,8 @@ mod tests {
             let text = format!(
                 "[server]\n{server}\n[auth.oauth]\n{oauth}\n[[backends]]\nname = \"a\"\nstdio = {{ command = \"a\" }}\n"
             );
-            let file: ConfigFile = toml::from_str(&text).unwrap();
-            file.validate("t.toml", &env)
+            let file = parse_all_with(&text, &env, &[]).unwrap();
+            file.validate("t.toml")
                 .map(|_| ())
                 .map_err(|e| e.to_string())
         };
@@ -492,8 +529,8 @@ mod tests {
             http = { url = "http://127.0.0.1:9/mcp", headers = { Authorization = "Bearer ${TOKEN}" } }
             request_timeout = "2s"
         "#;
-        let file: ConfigFile = toml::from_str(text).unwrap();
-        let cfg = file.validate("t.toml", &env).unwrap();
+        let file = parse_all_with(text, &env, &[]).unwrap();
+        let cfg = file.validate("t.toml").unwrap();
         let b = cfg.backends.first().unwrap();
         let h = b.http.as_ref().unwrap();
         assert_eq!(h.headers.get("Authorization").unwrap(), "Bearer s3cret");
@@ -514,8 +551,8 @@ mod tests {
             stdio = { command = "a" }
             pool = { max_connections = 0 }
         "#;
-        let file: ConfigFile = toml::from_str(text).unwrap();
-        let cfg = file.validate("t.toml", &env).unwrap();
+        let file = parse_all_with(text, &env, &[]).unwrap();
+        let cfg = file.validate("t.toml").unwrap();
         let caps: Vec<usize> = cfg
             .backends
             .iter()
@@ -547,8 +584,8 @@ mod tests {
             "#,
             upper = good.to_ascii_uppercase()
         );
-        let file: ConfigFile = toml::from_str(&text).unwrap();
-        let err = file.validate("t.toml", &env).unwrap_err().to_string();
+        let file = parse_all_with(&text, &env, &[]).unwrap();
+        let err = file.validate("t.toml").unwrap_err().to_string();
         for want in [
             "auth.api_keys[1].principal",
             "auth.api_keys[1].sha256: must be 64 hexadecimal",

@@ -66,24 +66,31 @@ fn check_backend(
             out.push(Finding {
                 key: format!("{key}.stdio.args[{j}]"),
                 problem: format!(
-                    "`{a}` is passed as written: arguments are not expanded (no shell). \
-                     Set the variable in `env` and read it in the server, or write the value"
+                    "`{a}` is passed as written: there is no shell; only `${{VAR}}` is \
+                     replaced (write `${{{}}}`, or the value)",
+                    unexpanded(a).unwrap_or("VAR")
                 ),
             });
         }
     }
 }
 
-/// `${NAME}` or `$NAME` in an argument, if any.
+/// A shell-style `$NAME` in an argument, if any (`${NAME}` was replaced when the
+/// file was read; what is left of it was written `$${NAME}`, meant as is).
 fn unexpanded(arg: &str) -> Option<&str> {
-    let at = arg.find('$')?;
-    let rest = arg.get(at + 1..)?;
-    let name = rest.strip_prefix('{').unwrap_or(rest);
-    let end = name
-        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-        .unwrap_or(name.len());
-    let n = name.get(..end)?;
-    (!n.is_empty() && n.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')).then_some(n)
+    let mut rest = arg;
+    while let Some(at) = rest.find('$') {
+        let after = rest.get(at + 1..)?;
+        let end = after
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(after.len());
+        let n = after.get(..end)?;
+        if !n.is_empty() && n.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_') {
+            return Some(n);
+        }
+        rest = after;
+    }
+    None
 }
 
 /// Finds `command` as the child will (`PATH` lookup unless it holds a `/`).
@@ -144,7 +151,9 @@ mod tests {
 
     #[test]
     fn unexpanded_variables_are_spotted() {
-        assert_eq!(unexpanded("${HOME}/data"), Some("HOME"));
+        assert_eq!(unexpanded("$HOME/data"), Some("HOME"));
+        // What is left of `${…}` was written `$${…}`: meant as is.
+        assert_eq!(unexpanded("${HOME}/data"), None);
         assert_eq!(unexpanded("--root=$ROOT"), Some("ROOT"));
         assert_eq!(unexpanded("costs $5"), None);
         assert_eq!(unexpanded("plain"), None);

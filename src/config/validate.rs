@@ -24,12 +24,9 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 impl ConfigFile {
-    /// Validates and resolves the file; `env` looks up `${VAR}` references.
-    pub fn validate(
-        mut self,
-        origin: &str,
-        env: &dyn Fn(&str) -> Option<String>,
-    ) -> Result<Config, ConfigError> {
+    /// Validates and resolves the file (its `${VAR}`, `*_file` and `GANTRY_*` were
+    /// applied when it was read: [`super::parse_all`]).
+    pub fn validate(mut self, origin: &str) -> Result<Config, ConfigError> {
         let mut problems = Vec::new();
         let listen = match self.server.listen.parse::<SocketAddr>() {
             Ok(a) => Some(a),
@@ -159,14 +156,6 @@ impl ConfigFile {
                             ));
                         }
                     }
-                    for (k, v) in s.env.iter_mut() {
-                        match interpolate(v, env) {
-                            Ok(r) => *v = r,
-                            Err(var) => problems.push(format!(
-                                "{key}.stdio.env.{k}: environment variable `{var}` is not set"
-                            )),
-                        }
-                    }
                     if let Some(cwd) = &s.cwd {
                         if !cwd.is_dir() {
                             problems.push(format!(
@@ -177,12 +166,6 @@ impl ConfigFile {
                     }
                 }
                 (None, Some(h)) => {
-                    match interpolate(&h.url, env) {
-                        Ok(u) => h.url = u,
-                        Err(var) => problems.push(format!(
-                            "{key}.http.url: environment variable `{var}` is not set"
-                        )),
-                    }
                     match reqwest::Url::parse(&h.url) {
                         Ok(u) if u.scheme() == "http" || u.scheme() == "https" => {}
                         Ok(u) => problems.push(format!(
@@ -196,18 +179,9 @@ impl ConfigFile {
                             problems
                                 .push(format!("{key}.http.headers.{k}: not a valid header name"));
                         }
-                        match interpolate(v, env) {
-                            Ok(r) => {
-                                if http::HeaderValue::from_str(&r).is_err() {
-                                    problems.push(format!(
-                                        "{key}.http.headers.{k}: not a valid header value"
-                                    ));
-                                }
-                                *v = r;
-                            }
-                            Err(var) => problems.push(format!(
-                                "{key}.http.headers.{k}: environment variable `{var}` is not set"
-                            )),
+                        if http::HeaderValue::from_str(v).is_err() {
+                            problems
+                                .push(format!("{key}.http.headers.{k}: not a valid header value"));
                         }
                     }
                     if let Some(o) = h.oauth.as_mut() {
@@ -226,12 +200,6 @@ impl ConfigFile {
                             _ => problems.push(format!(
                                 "{okey}.token_url: `{}` must be an https URL (plain http only on loopback)",
                                 o.token_url
-                            )),
-                        }
-                        match interpolate(&o.client_secret, env) {
-                            Ok(v) => o.client_secret = v,
-                            Err(var) => problems.push(format!(
-                                "{okey}.client_secret: environment variable `{var}` is not set"
                             )),
                         }
                         match o.grant.as_str() {
@@ -316,11 +284,11 @@ impl ConfigFile {
             problems.push("catalog.deadline: must be at least 10ms".into());
         }
         validate_auth(&mut self.auth, &mut problems);
-        validate_limits(&mut self.limits, env, &mut problems);
+        validate_limits(&mut self.limits, &mut problems);
         if let Some(t) = self.tracing.as_mut() {
-            validate_tracing(t, env, &mut problems);
+            validate_tracing(t, &mut problems);
         }
-        super::validate_oauth::check(&mut self.server, listen, &mut self.auth, env, &mut problems);
+        super::validate_oauth::check(&mut self.server, listen, &mut self.auth, &mut problems);
         match (problems.is_empty(), listen) {
             (true, Some(listen)) => Ok(Config {
                 server: self.server,
@@ -478,17 +446,7 @@ pub fn parse_rate(rate: &str) -> Option<(u32, Duration)> {
 }
 
 /// Checks `[tracing]`.
-fn validate_tracing(
-    t: &mut crate::config::TracingConfig,
-    env: &dyn Fn(&str) -> Option<String>,
-    problems: &mut Vec<String>,
-) {
-    match interpolate(&t.endpoint, env) {
-        Ok(u) => t.endpoint = u,
-        Err(var) => problems.push(format!(
-            "tracing.endpoint: environment variable `{var}` is not set"
-        )),
-    }
+fn validate_tracing(t: &mut crate::config::TracingConfig, problems: &mut Vec<String>) {
     match reqwest::Url::parse(&t.endpoint) {
         Ok(u) if matches!(u.scheme(), "http" | "https") => {}
         Ok(u) => problems.push(format!(
@@ -512,12 +470,6 @@ fn validate_tracing(
                 "tracing.headers: `{}` is not an HTTP header name",
                 k.escape_debug()
             ));
-        }
-        match interpolate(v, env) {
-            Ok(x) => *v = x,
-            Err(var) => problems.push(format!(
-                "tracing.headers.{k}: environment variable `{var}` is not set"
-            )),
         }
         if reqwest::header::HeaderValue::from_str(v).is_err() {
             problems.push(format!(
@@ -545,11 +497,7 @@ fn rule_name(name: &str) -> Result<(), String> {
 }
 
 /// Checks `[limits]`.
-fn validate_limits(
-    limits: &mut crate::config::LimitsConfig,
-    env: &dyn Fn(&str) -> Option<String>,
-    problems: &mut Vec<String>,
-) {
+fn validate_limits(limits: &mut crate::config::LimitsConfig, problems: &mut Vec<String>) {
     match (limits.store.as_str(), limits.redis.as_mut()) {
         ("memory", None) => {}
         ("memory", Some(_)) => problems.push(
@@ -560,12 +508,6 @@ fn validate_limits(
             "limits.store = \"redis\" needs [limits.redis] with url = \"redis://host:6379\"".into(),
         ),
         ("redis", Some(r)) => {
-            match interpolate(&r.url, env) {
-                Ok(u) => r.url = u,
-                Err(var) => problems.push(format!(
-                    "limits.redis.url: environment variable `{var}` is not set"
-                )),
-            }
             if let Err(e) = crate::limits::redis_url(&r.url) {
                 problems.push(format!("limits.redis.url: {e}"));
             }

@@ -55,7 +55,6 @@ pub(super) fn check(
     server: &mut ServerConfig,
     listen: Option<SocketAddr>,
     auth: &mut AuthConfig,
-    env: &dyn Fn(&str) -> Option<String>,
     problems: &mut Vec<String>,
 ) {
     if let Some(p) = &server.public_url {
@@ -121,12 +120,8 @@ pub(super) fn check(
             {
                 problems.push(p);
             }
-            match super::interpolate(&intro.client_secret, env) {
-                Ok(v) if !v.is_empty() => intro.client_secret = v,
-                Ok(_) => problems.push(format!("{key}.client_secret: is empty")),
-                Err(var) => problems.push(format!(
-                    "{key}.client_secret: environment variable `{var}` is not set"
-                )),
+            if intro.client_secret.is_empty() {
+                problems.push(format!("{key}.client_secret: is empty"));
             }
             if intro.client_id.is_empty() {
                 problems.push(format!("{key}.client_id: is empty"));
