@@ -136,6 +136,10 @@ enum Command {
         /// change: backends added, changed, removed, and settings that need a restart.
         #[arg(long, value_name = "RUNNING_FILE")]
         against: Option<PathBuf>,
+        /// Print the configuration in force: every default filled in, `${VAR}`,
+        /// `*_file` and `GANTRY_*` applied, secrets shown as `<redacted>`.
+        #[arg(long)]
+        effective: bool,
     },
     /// Show a running Gantry's backends: state, mode, connections, restarts, eras,
     /// last error. Exit status 0 when ready, 2 when not ready, 1 when it cannot be
@@ -291,7 +295,12 @@ fn build_config(cli: &Cli) -> anyhow::Result<Config> {
     Ok(file.validate(&origin)?)
 }
 
-fn check_config(path: &Path, file_only: bool, against: Option<&Path>) -> std::process::ExitCode {
+fn check_config(
+    path: &Path,
+    file_only: bool,
+    against: Option<&Path>,
+    effective: bool,
+) -> std::process::ExitCode {
     let running = match against.map(Config::load) {
         Some(Err(e)) => {
             eprintln!("{e}");
@@ -324,6 +333,15 @@ fn check_config(path: &Path, file_only: bool, against: Option<&Path>) -> std::pr
                     .collect::<Vec<_>>()
                     .join(", ")
             );
+            if effective {
+                match cfg.effective_toml() {
+                    Ok(t) => println!("\n# The configuration in force (secrets redacted):\n{t}"),
+                    Err(e) => {
+                        eprintln!("cannot show the configuration: {e}");
+                        return std::process::ExitCode::FAILURE;
+                    }
+                }
+            }
             if let (Some(old), Some(running)) = (&running, against) {
                 let plan = gantry::router::ReloadPlan::between(old, &old.backends, &cfg);
                 println!(
@@ -499,7 +517,8 @@ fn main() -> std::process::ExitCode {
             file,
             file_only,
             against,
-        }) => return check_config(file, *file_only, against.as_deref()),
+            effective,
+        }) => return check_config(file, *file_only, against.as_deref(), *effective),
         Some(Command::Status { url, key, json }) => return status(url, key.as_deref(), *json),
         Some(Command::Healthcheck {
             url,

@@ -724,3 +724,52 @@ async fn the_environment_sets_server_keys_secrets_and_any_string() {
         .await;
     assert_eq!(wrong.status, 401, "{}", wrong.raw);
 }
+
+/// `check-config --effective`: defaults filled in, the environment applied, secrets
+/// never printed.
+#[test]
+fn check_config_shows_the_effective_configuration_without_secrets() {
+    let dir = Scratch::new("effective");
+    let file = dir.file("gantry.toml");
+    let token = dir.file("token");
+    std::fs::write(&token, "Bearer very-secret-token\n").unwrap();
+    std::fs::write(
+        &file,
+        format!(
+            "[limits]\nstore = \"redis\"\n[limits.redis]\nurl = \"redis://:${{REDIS_PASSWORD}}@127.0.0.1:6379/0\"\n\
+             [[limits.rules]]\nname = \"r\"\nrate = \"1/s\"\n\
+             [[backends]]\nname = \"remote\"\nhttp = {{ url = \"http://127.0.0.1:9/mcp\", headers = {{ Authorization_file = {:?} }} }}\n",
+            token.to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new(gantry_bin())
+        .args(["check-config", "--file-only", "--effective"])
+        .arg(&file)
+        .env("REDIS_PASSWORD", "hunter2")
+        .env("GANTRY_SERVER_MAX_SESSIONS", "7")
+        .env("GANTRY_BACKENDS_REMOTE_REQUEST_TIMEOUT", "3s")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("max_sessions = 7"), "{text}");
+    assert!(text.contains("request_timeout = \"3s\""), "{text}");
+    assert!(
+        text.contains("sse_keepalive = \"15s\""),
+        "defaults are shown: {text}"
+    );
+    assert!(text.contains("Authorization = \"<redacted>\""), "{text}");
+    assert!(
+        text.contains("redis://:redacted@127.0.0.1:6379/0"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("hunter2") && !text.contains("very-secret"),
+        "{text}"
+    );
+}

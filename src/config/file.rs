@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 /// The configuration file as written.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ConfigFile {
     /// The HTTP front door.
@@ -35,7 +35,7 @@ pub struct ConfigFile {
 
 /// How the lists of several backends are merged and served (`[catalog]`). With one
 /// backend Gantry is transparent and none of this applies.
-#[derive(Debug, Deserialize, Clone, PartialEq)]
+#[derive(Debug, Deserialize, serde::Serialize, Clone, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct CatalogConfig {
     /// Items per page of a merged list (`nextCursor` leads on). 0 (default): every
@@ -61,7 +61,7 @@ impl Default for CatalogConfig {
 }
 
 /// `catalog.on_unavailable`.
-#[derive(Debug, Deserialize, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Deserialize, serde::Serialize, Clone, Copy, PartialEq, Eq, Default)]
 #[serde(rename_all = "kebab-case")]
 pub enum OnUnavailable {
     /// The backend's last good entries are listed (calls to them fail fast).
@@ -73,7 +73,7 @@ pub enum OnUnavailable {
 
 /// What of one kind of a backend's items (tools, prompts, resources) clients see
 /// (`[backends.tools]` …).
-#[derive(Debug, Deserialize, Clone, PartialEq, Default)]
+#[derive(Debug, Deserialize, serde::Serialize, Clone, PartialEq, Default)]
 #[serde(deny_unknown_fields, default)]
 pub struct ItemPolicy {
     /// Globs (`*`, `?`) of the backend's own names (URIs for resources): when set,
@@ -91,7 +91,7 @@ pub struct ItemPolicy {
 }
 
 /// Fields of a listed item replaced by the operator.
-#[derive(Debug, Deserialize, Clone, PartialEq, Default)]
+#[derive(Debug, Deserialize, serde::Serialize, Clone, PartialEq, Default)]
 #[serde(deny_unknown_fields, default)]
 pub struct ItemOverride {
     /// Replaces `title`.
@@ -103,7 +103,7 @@ pub struct ItemOverride {
 }
 
 /// Traces exported over OTLP/HTTP (`[tracing]`).
-#[derive(Debug, Deserialize, Clone, PartialEq)]
+#[derive(Debug, Deserialize, serde::Serialize, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct TracingConfig {
     /// The collector's OTLP/HTTP address, e.g. `http://otel-collector:4318` (spans go
@@ -138,7 +138,7 @@ fn default_export_timeout() -> Duration {
 }
 
 /// Rate limits (`[limits]`, `[[limits.rules]]`).
-#[derive(Debug, Deserialize, Clone, PartialEq)]
+#[derive(Debug, Deserialize, serde::Serialize, Clone, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct LimitsConfig {
     /// Ordered rules; a request must pass every rule that covers it.
@@ -160,7 +160,7 @@ pub struct LimitsConfig {
 }
 
 /// The Redis that keeps shared budgets (`[limits.redis]`).
-#[derive(Deserialize, Clone, PartialEq)]
+#[derive(Deserialize, serde::Serialize, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct RedisConfig {
     /// `redis://[user:password@]host[:port][/db]` or `rediss://` (TLS). `${VAR}` is
@@ -215,7 +215,7 @@ fn default_redis_retry() -> Duration {
 }
 
 /// One rate limit (GCRA): `rate` on average, `burst` at once, counted per key.
-#[derive(Debug, Deserialize, Clone, PartialEq)]
+#[derive(Debug, Deserialize, serde::Serialize, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct LimitRuleConfig {
     /// Names the rule in answers, logs and metrics: 1-64 of `A-Z a-z 0-9 _ - .`.
@@ -255,7 +255,7 @@ fn default_store_error() -> String {
 }
 
 /// At most `max` calls in progress at once per key; more wait in a bounded queue.
-#[derive(Debug, Deserialize, Clone, PartialEq)]
+#[derive(Debug, Deserialize, serde::Serialize, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct ConcurrencyConfig {
     /// Names the limit in answers: 1-64 of `A-Z a-z 0-9 _ - .`.
@@ -278,7 +278,7 @@ pub struct ConcurrencyConfig {
 }
 
 /// A tool call's time limit, in place of its backend's `request_timeout`.
-#[derive(Debug, Deserialize, Clone, PartialEq)]
+#[derive(Debug, Deserialize, serde::Serialize, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct TimeoutConfig {
     /// Names the rule: 1-64 of `A-Z a-z 0-9 _ - .`.
@@ -312,7 +312,7 @@ fn default_limit_answer() -> String {
 }
 
 /// The HTTP front door.
-#[derive(Debug, Deserialize, PartialEq)]
+#[derive(Debug, Deserialize, serde::Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct ServerConfig {
     /// Address to listen on. Default `127.0.0.1:8080`.
@@ -396,7 +396,7 @@ pub struct ServerConfig {
 }
 
 /// The front door's certificate (`server.tls`).
-#[derive(Debug, Deserialize, Clone, PartialEq)]
+#[derive(Debug, Deserialize, serde::Serialize, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct TlsConfig {
     /// The certificate chain, leaf first (PEM).
@@ -438,7 +438,7 @@ impl Default for ServerConfig {
 }
 
 /// How the names of several backends are combined into one catalog.
-#[derive(Debug, Deserialize, PartialEq)]
+#[derive(Debug, Deserialize, serde::Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct NamespacingConfig {
     /// Between backend name and tool/prompt name. Default `__`.
@@ -454,7 +454,7 @@ impl Default for NamespacingConfig {
 }
 
 /// Who may call Gantry (`[auth]`).
-#[derive(Debug, Default, Deserialize, Clone, PartialEq)]
+#[derive(Debug, Default, Deserialize, serde::Serialize, Clone, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct AuthConfig {
     /// Static API keys (`[[auth.api_keys]]`). Empty (default): authentication is off
@@ -469,7 +469,7 @@ pub struct AuthConfig {
 }
 
 /// One access rule: the items it covers and what using them takes.
-#[derive(Debug, Deserialize, Clone, PartialEq, Default)]
+#[derive(Debug, Deserialize, serde::Serialize, Clone, PartialEq, Default)]
 #[serde(deny_unknown_fields, default)]
 pub struct RuleConfig {
     /// Globs (`*`, `?`) over tool names as clients see them (`github__delete_*`).
@@ -487,7 +487,7 @@ pub struct RuleConfig {
 }
 
 /// Gantry as an OAuth 2.1 resource server (`[auth.oauth]`).
-#[derive(Debug, Deserialize, Clone, PartialEq)]
+#[derive(Debug, Deserialize, serde::Serialize, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct OAuthConfig {
     /// The authorization servers whose tokens are accepted (`[[auth.oauth.issuers]]`),
@@ -535,7 +535,7 @@ fn default_introspection_entries() -> usize {
 }
 
 /// One trusted authorization server.
-#[derive(Debug, Deserialize, Clone, PartialEq)]
+#[derive(Debug, Deserialize, serde::Serialize, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct IssuerConfig {
     /// Its issuer identifier, exactly as in its metadata and its tokens' `iss`
@@ -557,7 +557,7 @@ pub struct IssuerConfig {
 }
 
 /// Gantry's credentials at an issuer's introspection endpoint.
-#[derive(Deserialize, Clone, PartialEq)]
+#[derive(Deserialize, serde::Serialize, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct IntrospectionConfig {
     /// Default: the `introspection_endpoint` of the issuer's metadata.
@@ -606,7 +606,7 @@ fn default_resource_name() -> String {
 }
 
 /// One API key, stored as its SHA-256 only (`printf %s KEY | sha256sum`).
-#[derive(Deserialize, Clone, PartialEq)]
+#[derive(Deserialize, serde::Serialize, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct ApiKeyConfig {
     /// Whom the key identifies: 1-64 characters of `A-Z a-z 0-9 _ - . @`; not
@@ -626,7 +626,7 @@ impl std::fmt::Debug for ApiKeyConfig {
 }
 
 /// One MCP server behind Gantry: exactly one of `stdio` or `http`.
-#[derive(Debug, Deserialize, Clone, PartialEq)]
+#[derive(Debug, Deserialize, serde::Serialize, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct BackendConfig {
     /// Unique name; also the namespace prefix (`[A-Za-z0-9_-]`, 1–32 chars).
@@ -703,7 +703,7 @@ pub struct BackendConfig {
 }
 
 /// Limits on a backend's connections, and warm connections kept ready.
-#[derive(Debug, Deserialize, Clone, PartialEq)]
+#[derive(Debug, Deserialize, serde::Serialize, Clone, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct PoolConfig {
     /// Connections started ahead of need for `per-session` / `per-user` backends, so a
@@ -778,7 +778,7 @@ pub enum SessionMode {
 }
 
 /// The protocol era of a backend.
-#[derive(Debug, Deserialize, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Deserialize, serde::Serialize, Clone, Copy, PartialEq, Eq, Default)]
 #[serde(rename_all = "kebab-case")]
 pub enum Era {
     /// Detect at connect: `server/discover`, falling back to `initialize`.
@@ -791,7 +791,7 @@ pub enum Era {
 }
 
 /// Restart policy of a crashed backend.
-#[derive(Debug, Deserialize, Clone, PartialEq)]
+#[derive(Debug, Deserialize, serde::Serialize, Clone, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct RestartConfig {
     /// First delay before a restart. Default `200ms`.
@@ -812,7 +812,7 @@ impl Default for RestartConfig {
 }
 
 /// A stdio backend: a child process.
-#[derive(Debug, Deserialize, Clone, PartialEq)]
+#[derive(Debug, Deserialize, serde::Serialize, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct StdioConfig {
     /// The program to run (looked up in `PATH`).
@@ -859,7 +859,7 @@ pub fn default_inherit_env() -> Vec<String> {
 }
 
 /// A Streamable HTTP backend.
-#[derive(Debug, Deserialize, Clone, PartialEq)]
+#[derive(Debug, Deserialize, serde::Serialize, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct HttpConfig {
     /// The backend's MCP endpoint URL.
@@ -875,7 +875,7 @@ pub struct HttpConfig {
 }
 
 /// OAuth 2.1 client credentials for an HTTP backend.
-#[derive(Deserialize, Clone, PartialEq)]
+#[derive(Deserialize, serde::Serialize, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct BackendOAuthConfig {
     /// The authorization server's token endpoint.

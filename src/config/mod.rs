@@ -88,6 +88,62 @@ impl Config {
     }
 }
 
+impl Config {
+    /// The configuration in force, every default filled in and the environment
+    /// applied, as TOML, with every secret (`client_secret`, `sha256`, tokens,
+    /// `headers` and `env` values, URL passwords) shown as `<redacted>`.
+    pub fn effective_toml(&self) -> Result<String, String> {
+        let mut t = toml::Table::new();
+        let mut put = |k: &str, v: Result<toml::Value, toml::ser::Error>| match v {
+            Ok(v) => {
+                t.insert(k.into(), v);
+                Ok(())
+            }
+            Err(e) => Err(format!("{k}: {e}")),
+        };
+        put("server", toml::Value::try_from(&self.server))?;
+        put("namespacing", toml::Value::try_from(&self.namespacing))?;
+        put("catalog", toml::Value::try_from(&self.catalog))?;
+        put("auth", toml::Value::try_from(&self.auth))?;
+        put("limits", toml::Value::try_from(&self.limits))?;
+        if let Some(tr) = &self.tracing {
+            put("tracing", toml::Value::try_from(tr))?;
+        }
+        put("backends", toml::Value::try_from(&self.backends))?;
+        let mut v = toml::Value::Table(t);
+        redact(&mut v, "");
+        toml::to_string(&v).map_err(|e| e.to_string())
+    }
+}
+
+/// Keys whose values are secrets.
+const SECRETS: [&str; 5] = ["client_secret", "sha256", "token", "password", "secret"];
+
+fn redact(v: &mut toml::Value, key: &str) {
+    match v {
+        toml::Value::Table(t) => {
+            let whole = key == "headers" || key == "env";
+            for (k, x) in t.iter_mut() {
+                if whole || SECRETS.contains(&k.as_str()) {
+                    *x = toml::Value::String("<redacted>".into());
+                } else {
+                    redact(x, k);
+                }
+            }
+        }
+        toml::Value::Array(items) => items.iter_mut().for_each(|x| redact(x, key)),
+        toml::Value::String(s) if s.contains("://") && s.contains('@') => {
+            // scheme://user:password@host…: the password goes.
+            if let Ok(mut u) = reqwest::Url::parse(s) {
+                if u.password().is_some() && u.set_password(Some("redacted")).is_ok() {
+                    *s = u.to_string();
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
 /// Parses a configuration file, reporting every problem the parser finds rather
 /// than the first. Syntax first: the line of each syntax error is set aside and
 /// parsing goes on, so every broken line is reported. Then the settings: after an
