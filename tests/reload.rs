@@ -224,3 +224,49 @@ fn check_config_shows_what_a_reload_would_change() {
         "{stdout}"
     );
 }
+
+#[tokio::test]
+async fn a_reload_applies_new_keys_and_limits_at_once() {
+    let g = gantry()
+        .api_key("alice", "k1")
+        .backend(example().named("one"))
+        .backend(mb())
+        .start();
+    let mut old = g.bearer("k1");
+    old.initialize().await;
+    let r = old
+        .call_tool(json!(1), "one__echo", json!({"message": "a"}))
+        .await;
+    assert_eq!(text_of(&r), "a");
+    let after = gantry()
+        .section(
+            "[[limits.rules]]\nname = \"calls\"\nrate = \"1/m\"\nmethods = [\"tools/call\"]\nkey = [\"principal\"]\n",
+        )
+        .api_key("alice", "k2")
+        .backend(example().named("one"))
+        .backend(mb());
+    g.reload(&after.toml());
+    // The old key stops working; the new one works, under the new limit.
+    let mut refused = false;
+    for _ in 0..200 {
+        let r = old
+            .post(&json!({"jsonrpc": "2.0", "id": 9, "method": "ping"}))
+            .await;
+        if r.status == 401 {
+            refused = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(refused, "the removed key still works after the reload");
+    let mut new = g.bearer("k2");
+    new.initialize().await;
+    let first = new
+        .call_tool(json!(1), "one__echo", json!({"message": "b"}))
+        .await;
+    assert_eq!(text_of(&first), "b", "{first}");
+    let second = new
+        .call_tool(json!(2), "one__echo", json!({"message": "c"}))
+        .await;
+    assert_eq!(second["error"]["code"], -32029, "the new limit: {second}");
+}

@@ -211,6 +211,11 @@ impl fmt::Debug for Authenticator {
 impl Authenticator {
     /// Builds the authenticator for a validated `[auth]` section; `public_url` is the
     /// MCP endpoint's public URL (required with `[auth.oauth]`).
+    /// Whether callers' tokens are kept for token exchange.
+    pub fn keeps_tokens(&self) -> bool {
+        self.keep_tokens
+    }
+
     /// With `keep_tokens`, each OAuth caller's latest token is remembered for the
     /// backends that exchange it ([`vault`]).
     pub fn with_oauth(

@@ -19,11 +19,8 @@ pub(super) async fn authenticate(
     mut req: HttpRequest,
     next: Next,
 ) -> HttpResponse {
-    match app
-        .auth
-        .authenticate(req.headers(), req.uri().query())
-        .await
-    {
+    let auth = app.auth();
+    match auth.authenticate(req.headers(), req.uri().query()).await {
         Ok(principal) => {
             req.extensions_mut().insert(principal);
             next.run(req).await
@@ -39,7 +36,7 @@ pub(super) async fn authenticate(
                 .auth_failures
                 .with_label_values(&[e.label()])
                 .inc();
-            let challenge = app.auth.challenge(&e);
+            let challenge = app.auth().challenge(&e);
             FrontError::Unauthorized(e, challenge).into_response()
         }
     }
@@ -51,7 +48,8 @@ pub(super) async fn resource_metadata(
     State(app): State<Arc<App>>,
     req: HttpRequest,
 ) -> HttpResponse {
-    let Some(rs) = app.auth.oauth() else {
+    let auth = app.auth();
+    let Some(rs) = auth.oauth() else {
         return StatusCode::NOT_FOUND.into_response();
     };
     let mut resp = if req.method() == Method::OPTIONS {
@@ -193,7 +191,7 @@ pub(super) fn step_up<'a>(
                 .with_label_values(&["insufficient_scope"])
                 .inc();
             let e = AuthError::Token(OAuthError::InsufficientScope { missing, ask });
-            let challenge = app.auth.challenge(&e);
+            let challenge = app.auth().challenge(&e);
             return Err(FrontError::Unauthorized(e, challenge));
         }
     }
@@ -221,7 +219,7 @@ pub(super) async fn rate_limit<'a>(
     requests: impl IntoIterator<Item = &'a crate::jsonrpc::Request>,
     answer: Answer,
 ) -> Option<HttpResponse> {
-    let limits = app.limits.as_ref()?;
+    let limits = app.limits()?;
     let forwarded = headers.get("x-forwarded-for").and_then(|v| v.to_str().ok());
     let ip = limits.client_ip(peer, forwarded);
     let requests: Vec<&crate::jsonrpc::Request> = requests.into_iter().collect();

@@ -89,7 +89,7 @@ pub(super) async fn message(
         return e.into_response();
     }
     // The answers go on the SSE stream: a limited request refuses the POST (429).
-    if app.limits.is_some() {
+    if app.limits().is_some() {
         let peer = super::edge::peer_ip(&parts.extensions);
         let refuse = super::edge::Answer::Refuse;
         if let Some(resp) = super::edge::rate_limit(

@@ -49,16 +49,18 @@ pub struct App {
     pub router: Router,
     /// Live client sessions.
     pub sessions: SessionStore,
-    /// Who is calling (API keys, or everyone anonymous).
-    pub auth: Authenticator,
-    /// `[[limits.rules]]`, if any.
-    pub limits: Option<Arc<crate::limits::Limits>>,
+    /// Who is calling (API keys, or everyone anonymous); replaced by a reload.
+    auth: parking_lot::RwLock<Arc<Authenticator>>,
+    /// `[[limits.rules]]`, if any; replaced by a reload.
+    limits: parking_lot::RwLock<Option<Arc<crate::limits::Limits>>>,
+    /// The `[auth]` and `[limits]` in force (what a reload compares with).
+    applied: parking_lot::Mutex<(crate::config::AuthConfig, crate::config::LimitsConfig)>,
     /// `[tracing]`, if configured.
     pub tracing: Option<Arc<crate::telemetry::trace::Tracing>>,
     /// HTTPS (`server.tls`), if configured.
     pub tls: Option<Arc<tls::Tls>>,
-    /// `[[auth.rules]]`, if any.
-    pub policy: Option<Arc<crate::auth::policy::Policy>>,
+    /// `[[auth.rules]]`, if any; replaced by a reload.
+    policy: parking_lot::RwLock<Option<Arc<crate::auth::policy::Policy>>>,
     /// Prometheus metrics.
     pub metrics: Metrics,
     origin: OriginPolicy,
@@ -76,8 +78,37 @@ impl App {
     /// running router and every session (see `router::reload`); the plan returned
     /// names what changed and the settings that need a restart to take effect.
     pub async fn reload(&self, new: Config) -> crate::router::ReloadPlan {
-        let plan =
+        let mut plan =
             crate::router::ReloadPlan::between(&self.cfg, &self.router.backend_configs(), &new);
+        plan.live.clear();
+        let (auth_changed, limits_changed) = {
+            let applied = self.applied.lock();
+            (applied.0 != new.auth, applied.1 != new.limits)
+        };
+        if auth_changed {
+            match Authenticator::with_oauth(
+                &new.auth,
+                self.cfg.server.public_url.as_deref(),
+                self.auth().keeps_tokens(),
+            ) {
+                Ok(auth) => {
+                    if let Some(rs) = auth.oauth() {
+                        rs.warm_up();
+                    }
+                    *self.auth.write() = Arc::new(auth);
+                    *self.policy.write() = crate::auth::policy::Policy::new(&new.auth.rules);
+                    self.applied.lock().0 = new.auth.clone();
+                    plan.live.push("auth".into());
+                }
+                Err(e) => plan.needs_restart.push(format!("auth (not applied: {e})")),
+            }
+        }
+        if limits_changed {
+            // New budgets: what clients had spent under the old rules is forgotten.
+            *self.limits.write() = crate::limits::Limits::new(&new.limits);
+            self.applied.lock().1 = new.limits.clone();
+            plan.live.push("limits".into());
+        }
         let sessions = self.sessions.all();
         let routes: Vec<&crate::router::SessionRoute> =
             sessions.iter().filter_map(|s| s.route()).collect();
@@ -144,9 +175,10 @@ impl App {
                     burst: cfg.server.session_burst_per_client,
                 },
             ),
-            auth,
-            policy: crate::auth::policy::Policy::new(&cfg.auth.rules),
-            limits: crate::limits::Limits::new(&cfg.limits),
+            auth: parking_lot::RwLock::new(Arc::new(auth)),
+            policy: parking_lot::RwLock::new(crate::auth::policy::Policy::new(&cfg.auth.rules)),
+            limits: parking_lot::RwLock::new(crate::limits::Limits::new(&cfg.limits)),
+            applied: parking_lot::Mutex::new((cfg.auth.clone(), cfg.limits.clone())),
             tracing: match &cfg.tracing {
                 Some(t) => Some(crate::telemetry::trace::Tracing::new(t)?),
                 None => None,
@@ -175,9 +207,19 @@ impl App {
         }
     }
 
+    /// Who is calling: API keys, tokens, or everyone anonymous (as now configured).
+    pub fn auth(&self) -> Arc<Authenticator> {
+        self.auth.read().clone()
+    }
+
+    /// `[[limits.rules]]`, `[[limits.concurrency]]`, `[[limits.timeouts]]` in force.
+    pub fn limits(&self) -> Option<Arc<crate::limits::Limits>> {
+        self.limits.read().clone()
+    }
+
     /// `who` under `[[auth.rules]]` (`None` without rules: nothing to check).
     pub fn access(&self, who: &crate::auth::Principal) -> Option<Arc<crate::auth::policy::Access>> {
-        self.policy.as_ref().map(|policy| {
+        self.policy.read().clone().map(|policy| {
             Arc::new(crate::auth::policy::Access {
                 policy: policy.clone(),
                 caller: who.clone(),
@@ -234,7 +276,7 @@ pub fn routes(app: Arc<App>) -> axum::Router {
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(ready));
     // The protected-resource metadata (RFC 9728): public, for any origin.
-    if let Some(rs) = app.auth.oauth() {
+    if let Some(rs) = app.auth().oauth() {
         for path in rs.resource().metadata_paths() {
             r = r.route(
                 &path,
@@ -260,7 +302,7 @@ async fn metrics(State(app): State<Arc<App>>) -> HttpResponse {
         .set(i64::try_from(app.calls_in_flight()).unwrap_or(i64::MAX));
     m.calls_awaiting_input
         .set(i64::try_from(app.mrtr.len()).unwrap_or(i64::MAX));
-    if let Some(rs) = app.auth.oauth() {
+    if let Some(rs) = app.auth().oauth() {
         for (issuer, ok, failed) in rs.jwks_fetches() {
             Metrics::catch_up(&m.jwks_fetches.with_label_values(&[issuer, "ok"]), ok);
             Metrics::catch_up(
@@ -269,7 +311,7 @@ async fn metrics(State(app): State<Arc<App>>) -> HttpResponse {
             );
         }
     }
-    if let Some(l) = &app.limits {
+    if let Some(l) = &app.limits() {
         for (rule, n) in &l.refused {
             Metrics::catch_up(
                 &m.rate_limited.with_label_values(&[rule.as_str()]),
@@ -557,13 +599,17 @@ pub async fn serve(
     if let Some(t) = &app.tls {
         tokio::spawn(t.clone().watch(stop.clone()));
     }
-    if let Some(l) = app.limits.clone() {
+    {
         // Keys not seen for a while are forgotten (their buckets are full again).
-        let stop = stop.clone();
+        let (stop, app) = (stop.clone(), app.clone());
         tokio::spawn(async move {
             loop {
                 tokio::select! {
-                    _ = tokio::time::sleep(Duration::from_secs(60)) => l.tidy(),
+                    _ = tokio::time::sleep(Duration::from_secs(60)) => {
+                        if let Some(l) = app.limits() {
+                            l.tidy();
+                        }
+                    }
                     _ = stop.cancelled() => return,
                 }
             }

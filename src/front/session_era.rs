@@ -399,7 +399,7 @@ pub(crate) async fn run_tracked_as(
         cancel: guard.token(),
         client,
         timeout: app
-            .limits
+            .limits()
             .as_ref()
             .zip(tool.as_deref())
             .and_then(|(l, t)| l.timeout_for(t)),
@@ -417,7 +417,7 @@ pub(crate) async fn run_tracked_as(
     let method = metrics::method_label(&req.method);
     let started = tokio::time::Instant::now();
     // A place under `[[limits.concurrency]]`, held for the call.
-    let _places = match &app.limits {
+    let _places = match &app.limits() {
         Some(limits) if req.method == "tools/call" => {
             let name = tool.as_deref();
             let principal = ctx.client.access.as_ref().map_or_else(

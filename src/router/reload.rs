@@ -30,6 +30,8 @@ pub struct ReloadPlan {
     pub removed: Vec<String>,
     /// Backends that stay as they are.
     pub unchanged: Vec<String>,
+    /// Settings applied at once (`auth`, `limits`).
+    pub live: Vec<String>,
     /// Settings that differ but take effect only after a restart.
     pub needs_restart: Vec<String>,
 }
@@ -60,9 +62,13 @@ impl ReloadPlan {
         };
         restart("server", old.server != new.server);
         restart("namespacing", old.namespacing != new.namespacing);
-        restart("auth", old.auth != new.auth);
-        restart("limits", old.limits != new.limits);
         restart("tracing", old.tracing != new.tracing);
+        if old.auth != new.auth {
+            plan.live.push("auth".into());
+        }
+        if old.limits != new.limits {
+            plan.live.push("limits".into());
+        }
         plan
     }
 
@@ -87,6 +93,9 @@ impl ReloadPlan {
             list(&self.removed),
             list(&self.unchanged)
         );
+        if !self.live.is_empty() {
+            s.push_str(&format!("; applied at once: {}", self.live.join(", ")));
+        }
         if !self.needs_restart.is_empty() {
             s.push_str(&format!(
                 "; needs restart to take effect: {}",

@@ -208,7 +208,7 @@ pub(super) fn server_info() -> Value {
 /// `cacheScope` of Gantry's answers: `private` as soon as callers are told apart
 /// (what a backend returns may depend on who asks).
 pub(super) fn cache_scope(app: &App) -> &'static str {
-    if !app.auth.is_required() {
+    if !app.auth().is_required() {
         "public"
     } else {
         "private"

@@ -39,7 +39,7 @@ pub(super) async fn internal_route(
 ) -> Result<Arc<Internal>, HttpResponse> {
     let caller = Caller {
         era: Era::Stateless,
-        per_call: !app.auth.is_required(),
+        per_call: !app.auth().is_required(),
     };
     for _ in 0..2 {
         let cell: Arc<OnceCell<Arc<Internal>>> = app
