@@ -375,12 +375,11 @@ async fn prefixes_collisions_and_policies_shape_what_clients_see_and_can_call() 
         .call_tool(json!(3), "one__say", json!({"message": "yo"}))
         .await;
     assert_eq!(text_of(&said), "yo", "{said}");
-    let calls: Vec<Value> = recorded(&rec)
-        .into_iter()
-        .filter(|m| m["method"] == "tools/call")
-        .collect();
-    assert_eq!(calls.len(), 1, "{calls:?}");
-    assert_eq!(calls[0]["params"]["name"], "echo", "{calls:?}");
+    assert_eq!(
+        tools_called(&rec),
+        [json!("echo")],
+        "the backend's own name"
+    );
     // A name the backend never listed, under its prefix, is the backend's to
     // judge (as on a direct connection).
     let unknown = c
@@ -402,11 +401,7 @@ async fn prefixes_collisions_and_policies_shape_what_clients_see_and_can_call() 
             .await;
         error_says(&r, -32602, &format!("unknown tool: {hidden}"));
     }
-    let calls: Vec<Value> = recorded(&rec)
-        .into_iter()
-        .filter(|m| m["method"] == "tools/call")
-        .map(|m| m["params"]["name"].clone())
-        .collect();
+    let calls = tools_called(&rec);
     assert_eq!(
         calls,
         [json!("echo"), json!("no_such_thing_at_all")],
@@ -467,6 +462,15 @@ async fn list_changes(stream: &mut SseReader, within: std::time::Duration) -> Ve
             Next::End | Next::Timeout => return seen,
         }
     }
+}
+
+/// The tool names the backend recording to `rec` was called with, in order.
+fn tools_called(rec: &std::path::Path) -> Vec<Value> {
+    recorded(rec)
+        .into_iter()
+        .filter(|m| m["method"] == "tools/call")
+        .map(|m| m["params"]["name"].clone())
+        .collect()
 }
 
 fn lists_of(rec: &std::path::Path, method: &str) -> usize {
@@ -713,11 +717,7 @@ async fn one_backend_with_a_policy_is_shaped_by_it_under_its_own_names() {
             .await;
         error_says(&r, -32602, &format!("unknown tool: {hidden}"));
     }
-    let calls: Vec<Value> = recorded(&rec)
-        .into_iter()
-        .filter(|m| m["method"] == "tools/call")
-        .map(|m| m["params"]["name"].clone())
-        .collect();
+    let calls = tools_called(&rec);
     assert_eq!(
         calls,
         [json!("echo")],

@@ -73,7 +73,8 @@ async fn a_reload_adds_changes_and_removes_backends_while_a_session_keeps_callin
     // A call on the backend about to go is in flight during the reload.
     let slow = c.call_tool(json!(3), "gone__slow", json!({"ms": 1500}));
     let reload = async {
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        // Once the call is in flight.
+        assert!(metric_until(&g, "gantry_calls_in_flight", |n| n >= 1.0).await);
         let after = gantry()
             .backend(mb())
             .backend(example().named("two").set("tools = { deny = [\"slow\"] }"))
