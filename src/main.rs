@@ -172,6 +172,9 @@ enum Command {
         #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
         timeout: std::time::Duration,
     },
+    /// Print an argon2 hash of a password read from standard input (one line), for
+    /// `password_hash` in `[[auth.builtin.users]]`.
+    HashPassword,
     /// Run the built-in example MCP server over stdio (the demo backend).
     #[command(hide = true)]
     ExampleServer {
@@ -180,6 +183,30 @@ enum Command {
         #[arg(long)]
         session_era_only: bool,
     },
+}
+
+/// `gantry hash-password`: one line of standard input, hashed.
+fn hash_password() -> std::process::ExitCode {
+    let mut line = String::new();
+    if std::io::stdin().read_line(&mut line).is_err() {
+        eprintln!("gantry hash-password: cannot read standard input");
+        return std::process::ExitCode::from(1);
+    }
+    let password = line.trim_end_matches(['\r', '\n']);
+    if password.is_empty() {
+        eprintln!("gantry hash-password: give the password on standard input (echo -n 'pw' | gantry hash-password)");
+        return std::process::ExitCode::from(1);
+    }
+    match gantry::auth::builtin::hash_password(password) {
+        Ok(h) => {
+            println!("{h}");
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("gantry hash-password: {e}");
+            std::process::ExitCode::from(1)
+        }
+    }
 }
 
 /// The demo backend: this same executable running the built-in example server.
@@ -525,6 +552,7 @@ fn main() -> std::process::ExitCode {
             ready,
             timeout,
         }) => return healthcheck(url, *ready, *timeout),
+        Some(Command::HashPassword) => return hash_password(),
         Some(Command::ExampleServer { session_era_only }) => {
             let eras = if *session_era_only {
                 gantry_example::Eras::SessionOnly
@@ -568,7 +596,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         "http"
     };
     let mut cfg = cfg;
-    if cfg.auth.oauth.is_some() && cfg.server.public_url.is_none() {
+    let tokens = cfg.auth.oauth.is_some() || cfg.auth.mode == config::AuthMode::Builtin;
+    if tokens && cfg.server.public_url.is_none() {
         // On loopback (validated): the URL this listener is reached at.
         cfg.server.public_url = Some(format!("{scheme}://{addr}{path}"));
     }

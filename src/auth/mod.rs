@@ -18,6 +18,7 @@
 //! key is that key; any other is a token: the two are never confused (a key is an
 //! exact digest match, and `X-API-Key` carries keys only).
 
+pub mod builtin;
 pub mod oauth;
 pub mod policy;
 pub mod vault;
@@ -218,15 +219,22 @@ impl Authenticator {
 
     /// With `keep_tokens`, each OAuth caller's latest token is remembered for the
     /// backends that exchange it ([`vault`]).
+    /// With `builtin`, Gantry's own authorization server is the first trusted issuer.
     pub fn with_oauth(
         cfg: &AuthConfig,
         public_url: Option<&str>,
         keep_tokens: bool,
+        builtin: Option<Arc<builtin::AuthServer>>,
     ) -> Result<Self, String> {
         let mut a = Self::new(cfg);
-        if let Some(o) = &cfg.oauth {
+        let oauth = match (&cfg.oauth, &builtin) {
+            (Some(o), _) => Some(o.clone()),
+            (None, Some(_)) => Some(crate::config::OAuthConfig::builtin_only()),
+            (None, None) => None,
+        };
+        if let Some(o) = &oauth {
             let url = public_url.ok_or("[auth.oauth] needs the public URL of the MCP endpoint")?;
-            let rs = ResourceServer::new(o, url)?;
+            let rs = ResourceServer::new(o, url, builtin)?;
             tracing::info!(issuers = ?o.issuers.iter().map(|i| i.issuer.as_str()).collect::<Vec<_>>(), resource = url, "OAuth access tokens are accepted");
             a.oauth = Some(rs);
             a.required = true;
@@ -491,6 +499,7 @@ mod tests {
                     sha256: hex(key),
                 })
                 .collect(),
+            ..AuthConfig::default()
         })
     }
 
@@ -671,6 +680,7 @@ mod tests {
                 principal: "alice".into(),
                 sha256: "not-hex".into(),
             }],
+            ..AuthConfig::default()
         });
         assert!(a.is_required());
         assert_eq!(authn(&a, &HeaderMap::new()), Err(AuthError::Missing));

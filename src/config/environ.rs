@@ -19,7 +19,15 @@ const MAX_SECRET_FILE: u64 = 1 << 20;
 
 /// Keys that may be given as `<key>_file`: the secrets (besides every value of a
 /// `headers` or `env` table).
-const SECRET_KEYS: [&str; 5] = ["client_secret", "sha256", "url", "endpoint", "token"];
+const SECRET_KEYS: [&str; 7] = [
+    "client_secret",
+    "sha256",
+    "url",
+    "endpoint",
+    "token",
+    "state_key",
+    "redis_url",
+];
 
 /// Sections whose keys `GANTRY_<SECTION>_<KEY>` sets.
 const SECTIONS: [&str; 3] = ["server", "catalog", "namespacing"];

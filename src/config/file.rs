@@ -466,6 +466,214 @@ pub struct AuthConfig {
     pub oauth: Option<OAuthConfig>,
     /// Who may use which tool, prompt or resource (`[[auth.rules]]`).
     pub rules: Vec<RuleConfig>,
+    /// Where access tokens come from: `external` (default; the issuers of
+    /// `[auth.oauth]`, if any) or `builtin` (Gantry is its own authorization server,
+    /// `[auth.builtin]`; `[auth.oauth]` then only adds more trusted issuers and scope
+    /// settings).
+    pub mode: AuthMode,
+    /// The built-in authorization server (`[auth.builtin]`), for `mode = "builtin"`.
+    pub builtin: Option<BuiltinConfig>,
+}
+
+/// `auth.mode`.
+#[derive(Debug, Default, Deserialize, serde::Serialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum AuthMode {
+    /// API keys and/or the issuers of `[auth.oauth]`.
+    #[default]
+    External,
+    /// Gantry issues the tokens itself (`[auth.builtin]`).
+    Builtin,
+}
+
+/// The built-in OAuth 2.1 authorization server (`[auth.builtin]`). Its issuer is the
+/// origin of `server.public_url`; its endpoints are `/authorize`, `/token`,
+/// `/register`, `/revoke` there.
+#[derive(Debug, Deserialize, serde::Serialize, Clone, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct BuiltinConfig {
+    /// Where its state (clients, consents, codes, refresh tokens, signing keys) is
+    /// kept: `sqlite` (default, the file `path`) or `redis` (`redis_url`; for several
+    /// replicas).
+    pub store: String,
+    /// The SQLite file. Default `gantry-auth.db` (beside the working directory).
+    pub path: PathBuf,
+    /// The Redis URL for `store = "redis"` (`redis://`, `rediss://`).
+    pub redis_url: Option<String>,
+    /// 32 bytes, base64: encrypts the private signing keys at rest (AES-256-GCM).
+    /// `state_key_file` reads it from a file. Required with `store = "redis"`;
+    /// with SQLite, default: a key generated once into `<path>.key` (mode 0600).
+    pub state_key: Option<String>,
+    /// Lifetime of an access token (a JWT). Default `15m`.
+    #[serde(with = "humantime_serde")]
+    pub access_token_ttl: Duration,
+    /// Lifetime of a refresh token (each refresh rotates it). Default `30d`.
+    #[serde(with = "humantime_serde")]
+    pub refresh_token_ttl: Duration,
+    /// A refresh token already rotated out still refreshes this long (two requests
+    /// of one client racing); after that, presenting it revokes the whole grant.
+    /// Default `10s`.
+    #[serde(with = "humantime_serde")]
+    pub refresh_grace: Duration,
+    /// Lifetime of an authorization code (single use). Default `60s`.
+    #[serde(with = "humantime_serde")]
+    pub code_ttl: Duration,
+    /// How long an approval on the consent page is remembered for (user, client).
+    /// Default `30d`.
+    #[serde(with = "humantime_serde")]
+    pub consent_ttl: Duration,
+    /// A signing key signs for this long, then the next one takes over (the old one
+    /// still verifies for another period). Default `30d`.
+    #[serde(with = "humantime_serde")]
+    pub key_rotation: Duration,
+    /// The scopes a client may be granted. Default: `[auth.oauth]` `scopes_supported`
+    /// and `required_scopes`.
+    pub scopes: Option<Vec<String>>,
+    /// Private-use URI schemes allowed in redirect URIs (RFC 8252 §7.1), such as
+    /// `cursor` and `vscode`. Default: none (https and loopback http only).
+    pub redirect_schemes: Vec<String>,
+    /// Open dynamic client registration (RFC 7591) at `/register`. Default true.
+    pub registration: bool,
+    /// Registrations accepted per client IP address and hour. Default 20.
+    pub registrations_per_hour: u32,
+    /// Client ID metadata documents: an https `client_id` is fetched and used as
+    /// the client's registration. Default true.
+    pub client_id_metadata_documents: bool,
+    /// Test switch: also fetch client ID metadata documents from `http://` loopback
+    /// URLs. Never for production. Default false.
+    pub allow_loopback_client_ids: bool,
+    /// Login through an upstream OpenID provider (`[auth.builtin.upstream]`).
+    pub upstream: Option<UpstreamIdpConfig>,
+    /// A static user list for development (`[[auth.builtin.users]]`), instead of an
+    /// upstream provider.
+    pub users: Vec<StaticUserConfig>,
+    /// Pre-registered clients (`[[auth.builtin.clients]]`).
+    pub clients: Vec<StaticClientConfig>,
+}
+
+impl Default for BuiltinConfig {
+    fn default() -> Self {
+        Self {
+            store: "sqlite".into(),
+            path: PathBuf::from("gantry-auth.db"),
+            redis_url: None,
+            state_key: None,
+            access_token_ttl: Duration::from_secs(15 * 60),
+            refresh_token_ttl: Duration::from_secs(30 * 86_400),
+            refresh_grace: Duration::from_secs(10),
+            code_ttl: Duration::from_secs(60),
+            consent_ttl: Duration::from_secs(30 * 86_400),
+            key_rotation: Duration::from_secs(30 * 86_400),
+            scopes: None,
+            redirect_schemes: Vec::new(),
+            registration: true,
+            registrations_per_hour: 20,
+            client_id_metadata_documents: true,
+            allow_loopback_client_ids: false,
+            upstream: None,
+            users: Vec::new(),
+            clients: Vec::new(),
+        }
+    }
+}
+
+/// The OpenID provider users log in with (`[auth.builtin.upstream]`).
+#[derive(Debug, Deserialize, serde::Serialize, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamIdpConfig {
+    /// Its issuer (`https://accounts.example.com`); its endpoints are discovered
+    /// (OpenID Connect Discovery, then RFC 8414).
+    pub issuer: String,
+    /// Gantry's client id there. Gantry's redirect URI to register there is
+    /// `<origin of server.public_url>/oauth/callback`.
+    pub client_id: String,
+    /// Gantry's client secret there (`client_secret_file` reads it from a file).
+    /// Empty: a public client (PKCE only).
+    #[serde(default)]
+    pub client_secret: String,
+    /// `client_secret_basic` (default) or `client_secret_post`.
+    #[serde(default = "default_auth_method")]
+    pub auth_method: String,
+    /// Scopes asked for. Default `["openid", "email", "profile"]`.
+    #[serde(default = "default_upstream_scopes")]
+    pub scopes: Vec<String>,
+    /// The ID-token claim that becomes the user's name (the tokens' `sub`).
+    /// Default `sub`; `email` needs `email_verified`.
+    #[serde(default = "default_subject_claim")]
+    pub subject_claim: String,
+    /// ID-token claims copied into Gantry's access tokens (`email`, `groups`, …).
+    #[serde(default)]
+    pub claims: Vec<String>,
+    /// Only these users (their subject as above, or a verified `email`) may log in.
+    #[serde(default)]
+    pub allowed_users: Vec<String>,
+    /// Only users with a verified `email` in one of these domains may log in.
+    #[serde(default)]
+    pub allowed_domains: Vec<String>,
+    /// Only members of one of these groups (`groups_claim`) may log in.
+    #[serde(default)]
+    pub allowed_groups: Vec<String>,
+    /// The claim listing a user's groups. Default `groups`.
+    #[serde(default = "default_groups_claim")]
+    pub groups_claim: String,
+    /// What the login link says ("Log in with …"). Default: the issuer's host.
+    #[serde(default)]
+    pub display_name: Option<String>,
+}
+
+fn default_auth_method() -> String {
+    "client_secret_basic".into()
+}
+
+fn default_upstream_scopes() -> Vec<String> {
+    vec!["openid".into(), "email".into(), "profile".into()]
+}
+
+fn default_subject_claim() -> String {
+    "sub".into()
+}
+
+fn default_groups_claim() -> String {
+    "groups".into()
+}
+
+/// A development user (`[[auth.builtin.users]]`).
+#[derive(Debug, Deserialize, serde::Serialize, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct StaticUserConfig {
+    /// The user name (the tokens' `sub`).
+    pub name: String,
+    /// An argon2 hash of the password (PHC string, `gantry hash-password`).
+    pub password_hash: String,
+}
+
+/// A pre-registered client (`[[auth.builtin.clients]]`).
+#[derive(Debug, Deserialize, serde::Serialize, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct StaticClientConfig {
+    /// Its `client_id`.
+    pub client_id: String,
+    /// Hex SHA-256 of its secret, for a confidential client (`client_secret_basic`
+    /// or `_post`). None: a public client.
+    #[serde(default)]
+    pub client_secret_sha256: Option<String>,
+    /// What the consent page calls it. Default: the client id.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Its redirect URIs (exact; loopback with any port).
+    #[serde(default)]
+    pub redirect_uris: Vec<String>,
+    /// `authorization_code`, `refresh_token`, `client_credentials`. Default the
+    /// first two.
+    #[serde(default = "default_client_grants")]
+    pub grant_types: Vec<String>,
+    /// The scopes it may be granted. Default: all the server grants.
+    #[serde(default)]
+    pub scopes: Option<Vec<String>>,
+}
+
+fn default_client_grants() -> Vec<String> {
+    vec!["authorization_code".into(), "refresh_token".into()]
 }
 
 /// One access rule: the items it covers and what using them takes.
@@ -524,6 +732,24 @@ pub struct OAuthConfig {
     /// Introspection answers kept at most. Default 10000.
     #[serde(default = "default_introspection_entries")]
     pub introspection_cache_entries: usize,
+}
+
+impl OAuthConfig {
+    /// The settings in force with `auth.mode = "builtin"` and no `[auth.oauth]`:
+    /// no other issuer, the defaults.
+    pub fn builtin_only() -> Self {
+        Self {
+            issuers: Vec::new(),
+            required_scopes: Vec::new(),
+            scopes_supported: None,
+            algorithms: default_algorithms(),
+            leeway: default_leeway(),
+            jwks_refetch_interval: default_jwks_refetch(),
+            resource_name: default_resource_name(),
+            introspection_cache_ttl: default_introspection_ttl(),
+            introspection_cache_entries: default_introspection_entries(),
+        }
+    }
 }
 
 fn default_introspection_ttl() -> Duration {

@@ -117,7 +117,16 @@ impl Config {
 }
 
 /// Keys whose values are secrets.
-const SECRETS: [&str; 5] = ["client_secret", "sha256", "token", "password", "secret"];
+const SECRETS: [&str; 8] = [
+    "client_secret",
+    "sha256",
+    "token",
+    "password",
+    "secret",
+    "state_key",
+    "password_hash",
+    "client_secret_sha256",
+];
 
 fn redact(v: &mut toml::Value, key: &str) {
     match v {

@@ -63,6 +63,8 @@ pub struct App {
     policy: parking_lot::RwLock<Option<Arc<crate::auth::policy::Policy>>>,
     /// Prometheus metrics.
     pub metrics: Metrics,
+    /// The built-in authorization server (`auth.mode = "builtin"`), built once.
+    pub builtin: Option<Arc<crate::auth::builtin::AuthServer>>,
     origin: OriginPolicy,
     calls: AtomicUsize,
     /// Cancelled when the server stops accepting work.
@@ -85,11 +87,19 @@ impl App {
             let applied = self.applied.lock();
             (applied.0 != new.auth, applied.1 != new.limits)
         };
-        if auth_changed {
+        let builtin_changed = {
+            let applied = self.applied.lock();
+            applied.0.mode != new.auth.mode || applied.0.builtin != new.auth.builtin
+        };
+        if builtin_changed {
+            plan.needs_restart.push("auth.mode / [auth.builtin]".into());
+        }
+        if auth_changed && !builtin_changed {
             match Authenticator::with_oauth(
                 &new.auth,
                 self.cfg.server.public_url.as_deref(),
                 self.auth().keeps_tokens(),
+                self.builtin.clone(),
             ) {
                 Ok(auth) => {
                     if let Some(rs) = auth.oauth() {
@@ -135,6 +145,8 @@ pub enum AppError {
     #[error("auth.oauth: {0}")]
     Auth(String),
     #[error(transparent)]
+    Builtin(#[from] crate::auth::builtin::BuildError),
+    #[error(transparent)]
     Tls(#[from] tls::TlsError),
     #[error(transparent)]
     Tracing(#[from] crate::telemetry::trace::TraceError),
@@ -151,14 +163,23 @@ impl App {
                 .and_then(|h| h.oauth.as_ref())
                 .is_some_and(|o| o.grant == "token_exchange")
         });
-        let auth =
-            Authenticator::with_oauth(&cfg.auth, cfg.server.public_url.as_deref(), exchanges)
-                .map_err(AppError::Auth)?;
+        let builtin = match cfg.auth.mode {
+            crate::config::AuthMode::Builtin => Some(crate::auth::builtin::AuthServer::new(&cfg)?),
+            crate::config::AuthMode::External => None,
+        };
+        let auth = Authenticator::with_oauth(
+            &cfg.auth,
+            cfg.server.public_url.as_deref(),
+            exchanges,
+            builtin.clone(),
+        )
+        .map_err(AppError::Auth)?;
         if let Some(rs) = auth.oauth() {
             rs.warm_up();
         }
         Ok(Arc::new(Self {
             metrics: Metrics::new()?,
+            builtin,
             origin: OriginPolicy::new(
                 &cfg.server.allowed_hosts,
                 &cfg.server.allowed_origins,
@@ -283,6 +304,10 @@ pub fn routes(app: Arc<App>) -> axum::Router {
                 get(edge::resource_metadata).options(edge::resource_metadata),
             );
         }
+    }
+    // The built-in authorization server: public, like the metadata.
+    if let Some(b) = &app.builtin {
+        r = r.merge(crate::auth::builtin::routes(b.clone()));
     }
     if app.cfg.server.metrics {
         r = r.route("/metrics", get(metrics));

@@ -19,9 +19,11 @@ const RETRY_DISCOVERY: Duration = Duration::from_secs(5);
 
 /// What Gantry uses of an authorization server's metadata.
 #[derive(Debug, Clone)]
-pub(super) struct Metadata {
+pub(crate) struct Metadata {
     pub jwks_uri: String,
     pub introspection_endpoint: Option<String>,
+    pub authorization_endpoint: Option<String>,
+    pub token_endpoint: Option<String>,
 }
 
 #[derive(Default)]
@@ -32,7 +34,7 @@ struct Cache {
     fetched: Option<Instant>,
 }
 
-pub(super) struct Issuer {
+pub(crate) struct Issuer {
     /// The issuer identifier, as configured (and as in its tokens' `iss`).
     pub id: String,
     jwks_override: Option<String>,
@@ -71,7 +73,7 @@ pub(super) fn discovery_urls(issuer: &str) -> Vec<String> {
 }
 
 impl Issuer {
-    pub(super) fn new(
+    pub(crate) fn new(
         cfg: &crate::config::IssuerConfig,
         refetch: Duration,
         http: reqwest::Client,
@@ -133,9 +135,12 @@ impl Issuer {
                         .get("introspection_endpoint")
                         .and_then(|v| v.as_str())
                         .map(str::to_owned);
+                    let endpoint = |k: &str| doc.get(k).and_then(|v| v.as_str()).map(str::to_owned);
                     return Ok(Metadata {
                         jwks_uri,
                         introspection_endpoint,
+                        authorization_endpoint: endpoint("authorization_endpoint"),
+                        token_endpoint: endpoint("token_endpoint"),
                     });
                 }
                 Err(e) => tried.push(e),
@@ -247,6 +252,12 @@ impl Issuer {
             .map_err(|e| OAuthError::Unavailable(format!("{endpoint}: not JSON ({e})")))
     }
 
+    /// The issuer's metadata (discovered once).
+    pub(crate) async fn discovered(&self) -> Result<Metadata, OAuthError> {
+        let mut cache = self.cache.lock().await;
+        self.metadata(&mut cache).await
+    }
+
     /// Fetches the metadata and keys ahead of the first token.
     pub(super) async fn warm_up(&self) {
         let mut cache = self.cache.lock().await;
@@ -258,7 +269,7 @@ impl Issuer {
     /// The key a token names (`kid`; without one, the only key that fits `fits`).
     /// A key the set lacks makes Gantry fetch the set again, unless it did so less
     /// than `jwks_refetch_interval` ago.
-    pub(super) async fn key(
+    pub(crate) async fn key(
         &self,
         kid: Option<&str>,
         fits: impl Fn(&Jwk) -> bool,

@@ -9,7 +9,7 @@
 //! `jwks_refetch_interval`, whatever clients send.
 
 mod introspect;
-mod issuer;
+pub(crate) mod issuer;
 pub mod resource;
 
 use crate::config::OAuthConfig;
@@ -65,6 +65,8 @@ pub struct ResourceServer {
     leeway: Duration,
     resource_name: String,
     introspected: introspect::Cache,
+    /// Gantry's own authorization server (`auth.mode = "builtin"`).
+    builtin: Option<Arc<crate::auth::builtin::AuthServer>>,
 }
 
 impl std::fmt::Debug for ResourceServer {
@@ -77,7 +79,7 @@ impl std::fmt::Debug for ResourceServer {
 }
 
 /// The key families an algorithm may be verified with.
-fn fits(alg: Algorithm, jwk: &Jwk) -> bool {
+pub(crate) fn fits(alg: Algorithm, jwk: &Jwk) -> bool {
     use Algorithm as A;
     let family = match &jwk.algorithm {
         AlgorithmParameters::RSA(_) => matches!(
@@ -128,7 +130,11 @@ fn now_secs() -> u64 {
 
 impl ResourceServer {
     /// The resource server for a validated `[auth.oauth]` and the public URL.
-    pub fn new(cfg: &OAuthConfig, public_url: &str) -> Result<Self, String> {
+    pub fn new(
+        cfg: &OAuthConfig,
+        public_url: &str,
+        builtin: Option<Arc<crate::auth::builtin::AuthServer>>,
+    ) -> Result<Self, String> {
         let resource = Resource::new(public_url)
             .ok_or_else(|| format!("`{public_url}` cannot be a resource identifier"))?;
         let http = reqwest::Client::builder()
@@ -145,10 +151,13 @@ impl ResourceServer {
             .iter()
             .filter_map(|a| a.parse::<Algorithm>().ok())
             .collect();
+        let mut issuer_ids: Vec<String> = builtin.iter().map(|b| b.issuer.clone()).collect();
+        issuer_ids.extend(cfg.issuers.iter().map(|i| i.issuer.clone()));
         Ok(Self {
             resource,
             issuers,
-            issuer_ids: cfg.issuers.iter().map(|i| i.issuer.clone()).collect(),
+            issuer_ids,
+            builtin,
             required_scopes: cfg.required_scopes.clone(),
             scopes_supported: cfg
                 .scopes_supported
@@ -306,14 +315,37 @@ impl ResourceServer {
         let claims = unverified_claims(token)
             .ok_or_else(|| invalid("not_jwt", "the token's claims are not JSON"))?;
         let iss = claims.get("iss").and_then(Value::as_str).unwrap_or("");
-        let issuer = self.issuers.iter().find(|i| i.id == iss).ok_or_else(|| {
-            invalid(
-                "untrusted_issuer",
-                "the token is from an authorization server Gantry does not trust",
-            )
-        })?;
         let alg = header.alg;
-        let jwk = issuer.key(header.kid.as_deref(), |j| fits(alg, j)).await?;
+        let own = self.builtin.as_ref().filter(|b| b.issuer == iss);
+        let (issuer_id, audiences, jwk) = match own {
+            Some(b) => {
+                let kid = header
+                    .kid
+                    .as_deref()
+                    .ok_or_else(|| invalid("unknown_key", "the token names no key (kid)"))?;
+                let jwk = b
+                    .verifying_key(kid)
+                    .await
+                    .map_err(OAuthError::Unavailable)?
+                    .ok_or_else(|| {
+                        invalid(
+                            "unknown_key",
+                            "the token is signed with a key Gantry does not (or no longer) use",
+                        )
+                    })?;
+                (b.issuer.clone(), &[][..], jwk)
+            }
+            None => {
+                let issuer = self.issuers.iter().find(|i| i.id == iss).ok_or_else(|| {
+                    invalid(
+                        "untrusted_issuer",
+                        "the token is from an authorization server Gantry does not trust",
+                    )
+                })?;
+                let jwk = issuer.key(header.kid.as_deref(), |j| fits(alg, j)).await?;
+                (issuer.id.clone(), issuer.audiences.as_slice(), jwk)
+            }
+        };
         if !fits(alg, &jwk) {
             return Err(invalid(
                 "algorithm",
@@ -328,7 +360,7 @@ impl ResourceServer {
         v.validate_nbf = true;
         v.validate_aud = false;
         v.set_required_spec_claims(&["exp", "iss", "sub"]);
-        v.set_issuer(&[issuer.id.as_str()]);
+        v.set_issuer(&[issuer_id.as_str()]);
         let data = jsonwebtoken::decode::<serde_json::Map<String, Value>>(token, &key, &v)
             .map_err(|e| {
                 use jsonwebtoken::errors::ErrorKind as K;
@@ -363,7 +395,7 @@ impl ResourceServer {
                 "the token was issued in the future (iat)",
             ));
         }
-        let for_us = names_us(claims.get("aud"), &self.resource, &issuer.audiences);
+        let for_us = names_us(claims.get("aud"), &self.resource, audiences);
         if !for_us {
             return Err(OAuthError::Invalid(
                 "audience",
@@ -393,8 +425,14 @@ impl ResourceServer {
             .or_else(|| claims.get("azp"))
             .and_then(Value::as_str)
             .map(str::to_owned);
+        if let Some(b) = own {
+            let grant = claims.get("gid").and_then(Value::as_str).unwrap_or("");
+            if !b.grant_live(grant).await.map_err(OAuthError::Unavailable)? {
+                return Err(invalid("revoked", "the token's grant was revoked"));
+            }
+        }
         Ok(TokenInfo {
-            issuer: issuer.id.clone(),
+            issuer: issuer_id,
             subject,
             client_id,
             scopes,

@@ -57,6 +57,11 @@ impl Resource {
         &self.url
     }
 
+    /// The endpoint's path below the origin (`/mcp`; empty for the origin itself).
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
     /// Whether an `aud` value names this resource: the same URL up to the case of
     /// scheme and host, a default port and a trailing slash. Nothing else — not a
     /// longer path, not another port.
