@@ -9,7 +9,7 @@ export { z } from 'zod';
 
 export { Client } from '@modelcontextprotocol/sdk/client/index.js';
 export { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-export { UnauthorizedError, discoverAuthorizationServerMetadata } from '@modelcontextprotocol/sdk/client/auth.js';
+export { UnauthorizedError, auth, discoverAuthorizationServerMetadata } from '@modelcontextprotocol/sdk/client/auth.js';
 export { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 export { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 export { requireBearerAuth } from '@modelcontextprotocol/sdk/server/auth/middleware/bearerAuth.js';

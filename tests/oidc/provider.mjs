@@ -23,6 +23,7 @@ const args = parseArgs({
   discovery: 'string',
   'refresh-tokens': 'string',
   'default-resource': 'string',
+  'web-client': 'list',
   'no-stdin': 'bool',
 });
 
@@ -81,6 +82,36 @@ const clients = {
 };
 const INTROSPECTORS = new Set([clients.introspector.client_id, clients.introspector_post.client_id]);
 
+// ---- OpenID Connect relying parties (--web-client ID:SECRET:REDIRECT_URI, repeatable) ----
+// Confidential web clients (client_secret_basic) with the authorization code flow, e.g.
+// Gantry's built-in authorization server delegating its login to this provider.
+// POST /__test/web-clients adds more after start (a redirect URI known only later).
+const OIDC_SCOPES = ['openid', 'offline_access', 'email', 'groups'];
+const webClientScope = () => [...OIDC_SCOPES, ...SCOPES].join(' ');
+function webClientMetadata({ client_id, client_secret, redirect_uris }) {
+  return {
+    client_id,
+    client_secret,
+    token_endpoint_auth_method: 'client_secret_basic',
+    grant_types: ['authorization_code', 'refresh_token'],
+    response_types: ['code'],
+    redirect_uris,
+    scope: webClientScope(),
+  };
+}
+const webClients = args['web-client'].map((spec) => {
+  // The redirect URI has colons of its own: split at the first two only.
+  const m = /^([^:]+):([^:]+):(.+)$/.exec(spec);
+  if (!m || !URL.canParse(m[3])) throw new Error(`--web-client ${spec}: expected ID:SECRET:REDIRECT_URI (no ':' in ID and SECRET)`);
+  return { client_id: m[1], client_secret: m[2], redirect_uris: [m[3]] };
+});
+const ids = [...Object.values(clients), ...webClients].map((c) => c.client_id);
+if (new Set(ids).size !== ids.length) throw new Error('--web-client: duplicate client id');
+
+// Accounts: any username; these claims (released by scope, see `claims` below).
+const GROUPS = { alice: ['staff', 'admins'], bob: ['staff'] };
+const accountClaims = (sub) => ({ sub, email: `${sub}@example.test`, email_verified: true, groups: GROUPS[sub] ?? [] });
+
 // ---- HTTP: listen first (the issuer needs the port), then build the provider ----
 let handle = (_req, res) => res.writeHead(503).end('starting');
 const server = createServer((req, res) => {
@@ -119,15 +150,19 @@ const configuration = {
       response_types: [],
       redirect_uris: [],
     })),
+    ...webClients.map(webClientMetadata),
   ],
   jwks: { keys: keys.map((k) => k.private_jwk) },
   // The resource scopes are also "static" scopes: dynamic registration validates a
   // client's `scope` against this list, and discovery lists them in scopes_supported.
-  scopes: ['openid', 'offline_access', ...SCOPES],
-  claims: { openid: ['sub'] },
-  // Any username is an account; its subject is the username.
+  scopes: [...OIDC_SCOPES, ...SCOPES],
+  claims: { openid: ['sub'], email: ['email', 'email_verified'], groups: ['groups'] },
+  // The scopes' claims go into the ID token too (no userinfo call needed); oidc-provider's
+  // default (true) puts only `sub` there when an access token for userinfo is issued.
+  conformIdTokenClaims: false,
+  // Any username is an account; its subject is the username (claims: accountClaims).
   async findAccount(_ctx, sub) {
-    return { accountId: sub, claims: async () => ({ sub }) };
+    return { accountId: sub, claims: async () => accountClaims(sub) };
   },
   clientDefaults: { id_token_signed_response_alg: SIGN_ALG },
   clientBasedCORS: () => true,
@@ -253,6 +288,7 @@ const requests = { jwks: 0, token_exchange: 0 };
 /** Test-only admin API at the origin (outside the issuer path). */
 async function admin(req, res, url) {
   if (url.pathname === '/__test/requests') return json(res, 200, requests);
+  if (url.pathname === '/__test/web-clients') return addWebClient(req, res);
   if (url.pathname !== '/__test/resources') return notFound(res);
   if (req.method === 'GET') return json(res, 200, { resources: Object.fromEntries(resources) });
   if (req.method !== 'POST') return json(res, 405, { error: 'method not allowed' });
@@ -272,6 +308,34 @@ async function admin(req, res, url) {
   resources.set(body.resource, { format, scopes });
   process.stderr.write(`resource added: ${body.resource} (${format}, ${scopes.join(' ')})\n`);
   return json(res, 200, { resource: body.resource, format, scopes });
+}
+
+/** POST /__test/web-clients {"client_id", "client_secret"?, "redirect_uri" | "redirect_uris"}:
+ * adds (or replaces) a web client like --web-client; answers it with its secret. */
+async function addWebClient(req, res) {
+  if (req.method !== 'POST') return json(res, 405, { error: 'method not allowed' });
+  let body;
+  try {
+    body = JSON.parse((await readBody(req)).toString('utf8'));
+  } catch {
+    return json(res, 400, { error: 'bad JSON body' });
+  }
+  const redirectUris = body?.redirect_uris ?? (body?.redirect_uri ? [body.redirect_uri] : []);
+  if (typeof body?.client_id !== 'string' || !body.client_id || !Array.isArray(redirectUris) || !redirectUris.length) {
+    return json(res, 400, { error: 'need {"client_id", "redirect_uri" or "redirect_uris", "client_secret"?}' });
+  }
+  const staticIds = [...Object.values(clients), ...webClients].map((c) => c.client_id);
+  if (staticIds.includes(body.client_id)) return json(res, 409, { error: `${body.client_id} is a static client` });
+  const wc = { client_id: body.client_id, client_secret: body.client_secret ?? secret(), redirect_uris: redirectUris };
+  let client;
+  try {
+    client = new provider.Client(webClientMetadata(wc)); // validates like a registration
+  } catch (e) {
+    return json(res, 400, { error: e.error ?? 'invalid_client_metadata', error_description: e.error_description ?? e.message });
+  }
+  await provider.Client.adapter.upsert(client.clientId, client.metadata());
+  process.stderr.write(`web client added: ${wc.client_id} -> ${redirectUris.join(' ')}\n`);
+  return json(res, 200, { ...wc, token_endpoint_auth_method: 'client_secret_basic', scope: webClientScope() });
 }
 
 function pick({ client_id, client_secret, token_endpoint_auth_method }) {
@@ -299,6 +363,7 @@ printLine({
   token_endpoint: provider.urlFor('token'),
   introspection_endpoint: provider.urlFor('introspection'),
   revocation_endpoint: provider.urlFor('revocation'),
+  userinfo_endpoint: provider.urlFor('userinfo'),
   registration_endpoint: provider.urlFor('registration'),
   jwks_uri: provider.urlFor('jwks'),
   admin_resources_url: `${origin}/__test/resources`,
@@ -309,4 +374,5 @@ printLine({
   kids: keys.map((k) => k.kid),
   ttl: TTL,
   clients,
+  web_clients: webClients.map((c) => ({ ...c, token_endpoint_auth_method: 'client_secret_basic', scope: webClientScope() })),
 });
