@@ -983,16 +983,13 @@ async fn a_machine_client_gets_tokens_with_client_credentials() {
 #[tokio::test]
 async fn two_replicas_share_their_state_through_redis() {
     let redis = common::redis::Redis::start();
-    let section = format!(
-        "{}",
-        builtin_dev(
-            std::path::Path::new("unused.db"),
-            &format!(
-                "store = \"redis\"\nredis_url = {:?}\nstate_key = \"{}\"",
-                redis.url(),
-                base64::engine::general_purpose::STANDARD.encode([7u8; 32])
-            )
-        )
+    let section = builtin_dev(
+        std::path::Path::new("unused.db"),
+        &format!(
+            "store = \"redis\"\nredis_url = {:?}\nstate_key = \"{}\"",
+            redis.url(),
+            base64::engine::general_purpose::STANDARD.encode([7u8; 32])
+        ),
     );
     let spec = gantry()
         .server("public_url = \"http://127.0.0.1:9/mcp\"")
