@@ -121,7 +121,12 @@ impl Policy {
             // An API key or anonymous caller has no scopes and cannot step up.
             return Decision::Deny;
         }
-        let mut ask: Vec<&str> = granted.iter().map(String::as_str).collect();
+        // Never `offline_access` in a challenge (SEP-2207): not a resource's scope.
+        let mut ask: Vec<&str> = granted
+            .iter()
+            .map(String::as_str)
+            .filter(|s| *s != "offline_access")
+            .collect();
         ask.extend(missing.iter().copied());
         Decision::StepUp {
             missing: missing.join(" "),
@@ -227,6 +232,15 @@ mod tests {
             }
         );
         assert_eq!(p.decide(&reader, Item::Tool, "admin__drop"), Decision::Deny);
+        // The challenge never asks for offline_access, even when it was granted.
+        let offline = oauth("bob", &["mcp:read", "offline_access"]);
+        assert_eq!(
+            p.decide(&offline, Item::Tool, "admin__list"),
+            Decision::StepUp {
+                missing: "mcp:admin".into(),
+                ask: "mcp:read mcp:admin".into()
+            }
+        );
         let alice = oauth("alice", &["mcp:admin"]);
         assert_eq!(p.decide(&alice, Item::Tool, "admin__drop"), Decision::Allow);
         // A key has no scopes to step up with.

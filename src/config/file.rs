@@ -699,7 +699,9 @@ pub struct RuleConfig {
 #[serde(deny_unknown_fields)]
 pub struct OAuthConfig {
     /// The authorization servers whose tokens are accepted (`[[auth.oauth.issuers]]`),
-    /// at least one. The first is the one clients are sent to log in with.
+    /// at least one (none needed with `auth.mode = "builtin"`). The first is the one
+    /// clients are sent to log in with.
+    #[serde(default)]
     pub issuers: Vec<IssuerConfig>,
     /// Scopes every request must carry (`scope` or `scp` claim). Default: none.
     #[serde(default)]

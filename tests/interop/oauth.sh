@@ -3,12 +3,17 @@
 # implementations (TypeScript v1, TypeScript v2, Python) log in at a real OpenID provider
 # (tests/oidc/provider.mjs) DIRECTLY against an SDK server protected by the SDK's own
 # bearer auth (tests/oidc/protected_server.mjs) and THROUGH GANTRY ([auth.oauth], the
-# example server behind it). Two scenarios: login (401 -> discovery -> registration ->
+# example server behind it), and THROUGH GANTRY AS ITS OWN AUTHORIZATION SERVER
+# (front `builtin`: auth.mode = "builtin", users logging in at the same provider as its
+# upstream, Gantry's consent page approved by the played browser). Gantry's own server
+# issues refresh tokens to every client registered for the refresh_token grant
+# (SEP-2207), so `builtin` is compared with `direct-rt`: the same direct connection to a
+# provider that does the same (--refresh-tokens always). Two scenarios: login (401 -> discovery -> registration ->
 # code + PKCE -> tools/list -> echo) and step-up (a tool that needs mcp:admin -> 403
 # insufficient_scope -> a second authorization -> the retried call works). A check that
 # passes directly but not through Gantry is a regression (exit status 1).
 #
-#   tests/interop/oauth.sh [--client C[,C..]] [--front direct,gantry]
+#   tests/interop/oauth.sh [--client C[,C..]] [--front direct,gantry,direct-rt,builtin]
 #                          [--scenario login,step-up] [--repeat N]
 #
 #   clients: ts-v1 ts-v2 py (the default: each SDK's default protocol negotiation, i.e.
@@ -24,7 +29,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 oidc=$root/tests/oidc
 
-clients="ts-v1 ts-v2 py" fronts="direct gantry" scenarios="login step-up" repeat=1
+clients="ts-v1 ts-v2 py" fronts="direct gantry direct-rt builtin" scenarios="login step-up" repeat=1
 while [[ $# -gt 0 ]]; do
   case $1 in
     --client) clients=${2//,/ }; shift 2 ;;
@@ -62,7 +67,7 @@ client_cmd() {
 
 for c in $clients; do client_cmd "$c" >/dev/null || { echo "unknown client: $c" >&2; exit 2; }; done
 for s in $scenarios; do [[ $s == login || $s == step-up ]] || { echo "unknown scenario: $s" >&2; exit 2; }; done
-for f in $fronts; do [[ $f == direct || $f == gantry ]] || { echo "unknown front: $f" >&2; exit 2; }; done
+for f in $fronts; do [[ $f == direct || $f == gantry || $f == direct-rt || $f == builtin ]] || { echo "unknown front: $f" >&2; exit 2; }; done
 [[ $repeat =~ ^[1-9][0-9]*$ ]] || { echo "--repeat needs a positive number" >&2; exit 2; }
 out=${INTEROP_OUT:-$(mktemp -d)}
 mkdir -p "$out/runs"
@@ -126,11 +131,13 @@ for rep in $(seq 1 "$repeat"); do
         : >"$log"
         t0=$(date +%s%N)
         ok=1 url=
-        start_json "$base.provider.json" "$log.provider" "$node" "$oidc/provider.mjs" --no-stdin || ok=0
+        pargs=()
+        [[ $front == direct-rt ]] && pargs=(--refresh-tokens always)
+        start_json "$base.provider.json" "$log.provider" "$node" "$oidc/provider.mjs" --no-stdin "${pargs[@]}" || ok=0
         if [[ $ok == 1 ]]; then
           issuer=$(j "$line" d.issuer) admin=$(j "$line" d.admin_resources_url)
           case $front in
-            direct)
+            direct | direct-rt)
               if start_json "$base.server.json" "$log.server" "$node" "$oidc/protected_server.mjs" --no-stdin --issuer "$issuer"; then
                 url=$(j "$line" d.url)
               else ok=0; fi ;;
@@ -141,12 +148,27 @@ for rep in $(seq 1 "$repeat"); do
                 printf '[[backends]]\nname = "example"\nstdio = { command = "%s" }\n' "$example"
               } >"$base.toml"
               start_gantry "$log.gantry" "$base.toml" || ok=0 ;;
+            builtin)
+              rm -f "$base".auth.db*
+              {
+                printf '[auth]\nmode = "builtin"\n\n[auth.oauth]\nrequired_scopes = ["mcp:read"]\nscopes_supported = ["mcp:read", "mcp:admin"]\n\n'
+                printf '[auth.builtin]\npath = "%s"\n\n' "$base.auth.db"
+                printf '[auth.builtin.upstream]\nissuer = "%s"\nclient_id = "gantry-rp"\nclient_secret = "rp-secret"\nscopes = ["openid", "email"]\n\n' "$issuer"
+                [[ $scenario == step-up ]] && printf '[[auth.rules]]\ntools = ["echo"]\nscopes = ["mcp:admin"]\n\n'
+                printf '[[backends]]\nname = "example"\nstdio = { command = "%s" }\n' "$example"
+              } >"$base.toml"
+              if start_gantry "$log.gantry" "$base.toml"; then
+                # Gantry is the provider's relying party; its callback is known now.
+                curl -sS --max-time 5 -X POST -H 'content-type: application/json' \
+                  -d "{\"client_id\":\"gantry-rp\",\"client_secret\":\"rp-secret\",\"redirect_uri\":\"${url%/mcp}/oauth/callback\"}" \
+                  "${admin%/resources}/web-clients" >/dev/null || ok=0
+              else ok=0; fi ;;
           esac
         fi
-        [[ $ok == 1 ]] && { add_resource "$admin" "$url" || ok=0; }
+        [[ $ok == 1 && $front != builtin ]] && { add_resource "$admin" "$url" || ok=0; }
         case $scenario in
           login) cargs=(--tool echo --args '{"message":"hi"}') ;;
-          step-up) if [[ $front == direct ]]; then cargs=(--tool secret); else cargs=(--tool echo --args '{"message":"stepped"}'); fi ;;
+          step-up) if [[ $front == direct || $front == direct-rt ]]; then cargs=(--tool secret); else cargs=(--tool echo --args '{"message":"stepped"}'); fi ;;
         esac
         if [[ $ok == 1 ]]; then
           # shellcheck disable=SC2086
@@ -159,7 +181,7 @@ for rep in $(seq 1 "$repeat"); do
         for f in "$log".provider "$log".server "$log".gantry "$log".client; do
           [[ -f $f ]] && { echo "--- ${f##*.}"; cat "$f"; rm -f "$f"; } >>"$log"
         done
-        rm -f "$base.provider.json" "$base.server.json"
+        rm -f "$base.provider.json" "$base.server.json" "$base".auth.db*
         runs=$((runs + 1))
         ms=$(( ($(date +%s%N) - t0) / 1000000 ))
         printf '%s %d\n' "$name" "$ms" >>"$out/times"

@@ -13,6 +13,10 @@ Checks:
                   step-up [that, ⊇ mcp:read mcp:admin]. Through Gantry also: exactly the
                   strings the same client requested directly
   resource        every authorization request's `resource` is the URL the client was given
+
+Baselines: `gantry` ([auth.oauth] in front of the provider) is compared with `direct`;
+`builtin` (Gantry as its own authorization server) with `direct-rt`, a provider that,
+like Gantry's, issues refresh tokens without `offline_access`.
 """
 
 import json
@@ -20,12 +24,18 @@ import sys
 from pathlib import Path
 
 CHECKS = ["ok", "authorizations", "scopes", "resource"]
+DIRECT = ("direct", "direct-rt")
+BASELINE = {"gantry": "direct", "builtin": "direct-rt"}
+
+
+def baseline_of(front: str) -> str:
+    return BASELINE.get(front, "direct")
 
 
 def expected_text(scenario: str, front: str) -> str:
     if scenario == "login":
         return "hi"
-    return "the secret is 42" if front == "direct" else "stepped"
+    return "the secret is 42" if front in DIRECT else "stepped"
 
 
 def call_text(r: dict) -> str:
@@ -96,8 +106,8 @@ def main() -> int:
             run["checks"] = judge(run["meta"], run["r"])
     # Through Gantry the client must ask for exactly the scopes it asks for directly.
     for (client, sc, rep, front), run in runs.items():
-        base = runs.get((client, sc, rep, "direct"))
-        if front == "direct" or base is None or base["r"] is None or run["r"] is None:
+        base = runs.get((client, sc, rep, baseline_of(front)))
+        if front in DIRECT or base is None or base["r"] is None or run["r"] is None:
             continue
         st, detail = run["checks"]["scopes"]
         if st == "pass" and base["checks"]["scopes"][0] == "pass":
@@ -106,9 +116,9 @@ def main() -> int:
 
     regressions, fail_directly, fail_both = [], [], []
     for (client, sc, rep, front), run in sorted(runs.items()):
-        if front == "direct":
+        if front in DIRECT:
             continue
-        base = runs.get((client, sc, rep, "direct"))
+        base = runs.get((client, sc, rep, baseline_of(front)))
         if base is None:
             continue
         for c in CHECKS:
@@ -116,9 +126,9 @@ def main() -> int:
             if b[0] == "pass" and g[0] != "pass":
                 regressions.append((client, sc, rep, front, c, b[1], g[1]))
             elif b[0] != "pass" and g[0] == "pass":
-                fail_directly.append((client, sc, rep, c, b[1]))
+                fail_directly.append((client, sc, rep, f"{front} vs {baseline_of(front)}", c, b[1]))
             elif b[0] != "pass":
-                fail_both.append((client, sc, rep, c, b[1], g[1]))
+                fail_both.append((client, sc, rep, f"{front} vs {baseline_of(front)}", c, b[1], g[1]))
 
     with open(out / "results.jsonl", "w") as all_out:
         for (client, sc, rep, front), run in sorted(runs.items()):
@@ -127,7 +137,7 @@ def main() -> int:
 
     reps = len({k[2] for k in runs}) > 1
     print()
-    hdr = f"{'client':<10} {'scenario':<8} {'front':<7} {'ok':<4} {'auths':<5} {'resource':<8} {'protocol':<10} {'time':>5}  scopes requested (per authorization)"
+    hdr = f"{'client':<10} {'scenario':<8} {'front':<9} {'ok':<4} {'auths':<5} {'resource':<8} {'protocol':<10} {'time':>5}  scopes requested (per authorization)"
     print(hdr)
     print("-" * len(hdr))
     order = {"ts-v1": 0, "ts-v2": 1, "ts-v2/auto": 2, "py": 3, "py/legacy": 4}
@@ -143,7 +153,7 @@ def main() -> int:
         if ch["scopes"][0] != "pass":
             scopes += "  !"
         print(
-            f"{client:<10} {sc + (f'#{rep}' if reps else ''):<8} {front:<7} {'ok' if ch['ok'][0] == 'pass' else 'FAIL':<4} "
+            f"{client:<10} {sc + (f'#{rep}' if reps else ''):<8} {front:<9} {'ok' if ch['ok'][0] == 'pass' else 'FAIL':<4} "
             f"{cell('authorizations', str(r.get('authorizations', '-'))):<5} {cell('resource', 'url' if ch['resource'][0] == 'pass' else 'WRONG'):<8} "
             f"{str(r.get('protocol_version') or '-'):<10} {t:>5}  {scopes}"
         )
@@ -156,10 +166,10 @@ def main() -> int:
             print(f"      direct: {b}")
             print(f"      gantry: {g}")
         print()
-    for client, sc, rep, c, b in fail_directly:
-        print(f"note: {client} {sc}: {c} fails directly (an SDK limitation, not a regression): {b}")
-    for client, sc, rep, c, b, g in fail_both:
-        print(f"note: {client} {sc}: {c} fails directly and through Gantry: {b}")
+    for client, sc, rep, fr, c, b in fail_directly:
+        print(f"note: {client} {sc} ({fr}): {c} fails directly (an SDK limitation, not a regression): {b}")
+    for client, sc, rep, fr, c, b, g in fail_both:
+        print(f"note: {client} {sc} ({fr}): {c} fails directly and through Gantry: {b}")
     for k in empty:
         print(f"EMPTY RUN (no result line): {'/'.join(map(str, k))} — see {runs[k]['file'].with_suffix('.log')}")
     total = sum(len(v["checks"]) for v in runs.values())

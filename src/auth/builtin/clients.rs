@@ -98,10 +98,10 @@ pub fn redirect_problem(uri: &str, schemes: &[String]) -> Option<String> {
         "http" => Some(format!(
             "`{uri}` is plain http to a host that is not loopback (use https, or http://127.0.0.1:PORT/… for a native app)"
         )),
-        s if schemes.iter().any(|a| a.eq_ignore_ascii_case(s)) => None,
         s if matches!(s, "javascript" | "data" | "file" | "about" | "blob" | "vbscript") => {
             Some(format!("`{uri}`: the scheme `{s}` is never a redirect URI"))
         }
+        s if schemes.iter().any(|a| a.eq_ignore_ascii_case(s)) => None,
         s => Some(format!(
             "`{uri}`: the private-use scheme `{s}` is not allowed here (auth.builtin.redirect_schemes)"
         )),
@@ -211,12 +211,11 @@ pub fn from_registration(
             return Err(refuse("invalid_redirect_uri", why));
         }
     }
-    let scopes = reg.scope.as_ref().map(|s| {
-        s.split_whitespace()
-            .filter(|x| grantable.iter().any(|g| g == x))
-            .map(str::to_owned)
-            .collect::<Vec<_>>()
-    });
+    // A registration's `scope` is what the client expects to ask for, not a limit:
+    // MCP clients register the first challenge's scopes and step up later (SEP-835),
+    // so what a client may get is decided per request (and per consent).
+    let _ = grantable;
+    let scopes = None;
     let name = reg
         .client_name
         .as_ref()

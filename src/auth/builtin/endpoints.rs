@@ -1178,10 +1178,9 @@ async fn register(
     answer.insert("grant_types".into(), json!(client.grant_types));
     answer.insert("response_types".into(), json!(["code"]));
     answer.insert("redirect_uris".into(), json!(client.redirect_uris));
-    match &client.scopes {
-        Some(sc) => answer.insert("scope".into(), sc.join(" ").into()),
-        None => answer.remove("scope"),
-    };
+    if let Some(sc) = &client.scopes {
+        answer.insert("scope".into(), sc.join(" ").into());
+    }
     if let Some(sec) = secret {
         answer.insert("client_secret".into(), sec.into());
         answer.insert("client_secret_expires_at".into(), 0.into());

@@ -343,8 +343,12 @@ impl AuthServer {
     /// The scopes granted for a request of `asked` (space-separated, or none) by
     /// `client`: what it may have of what it asked; with nothing asked, the default.
     fn narrow(&self, client: &Client, asked: Option<&str>) -> Vec<String> {
+        // `offline_access` (SEP-2207) is accepted and dropped: refresh tokens go to
+        // clients registered for the refresh_token grant either way, and the access
+        // token's scopes are the resource's only (as an OpenID provider's are).
         let may = |s: &str| {
-            self.grantable.iter().any(|g| g == s)
+            s != "offline_access"
+                && self.grantable.iter().any(|g| g == s)
                 && client
                     .scopes
                     .as_ref()
@@ -456,9 +460,11 @@ impl AuthServer {
                     format!("{i}/register").into(),
                 );
             }
-            if !self.grantable.is_empty() {
-                o.insert("scopes_supported".into(), serde_json::json!(self.grantable));
-            }
+            // `offline_access` here (not in the protected-resource metadata) tells
+            // clients they may ask for it (SEP-2207).
+            let mut scopes = self.grantable.clone();
+            scopes.push("offline_access".into());
+            o.insert("scopes_supported".into(), serde_json::json!(scopes));
         }
         doc
     }

@@ -278,7 +278,14 @@ impl ResourceServer {
         if missing.is_empty() {
             return Ok(info);
         }
-        let mut ask = info.scopes.clone();
+        // Granted + missing, but never `offline_access`: a challenge names what the
+        // resource needs, and refresh tokens are not that (SEP-2207).
+        let mut ask: Vec<String> = info
+            .scopes
+            .iter()
+            .filter(|s| *s != "offline_access")
+            .cloned()
+            .collect();
         ask.extend(missing.iter().map(|s| (*s).clone()));
         Err(OAuthError::InsufficientScope {
             missing: missing
