@@ -158,6 +158,7 @@ const EXAMPLE_VARS: &[&str] = &[
     "DOCS_MCP_TOKEN",
     "REDIS_URL",
     "INTROSPECTION_SECRET",
+    "IDP_CLIENT_SECRET",
 ];
 
 /// One entry of a file's replacement table: `from` (the file's text) becomes `to`,
@@ -448,6 +449,113 @@ async fn boot_external_idp() {
     echo(&c, 1, "echo").await;
 }
 
+async fn boot_builtin_idp() {
+    check_as_shipped("builtin-idp.toml", &[("IDP_CLIENT_SECRET", "s3cret")]);
+    let idp = Provider::start(&["--issuer-path", "/realms/main"]);
+    let dir = common::Scratch::new("builtin-idp");
+    let db = dir.file("auth.db");
+    let mut table = Vec::from(npx_to_example(
+        r#"args = ["-y", "@modelcontextprotocol/server-everything"]"#,
+        1,
+    ));
+    table.push(swap(
+        r#"issuer = "https://idp.example.com/realms/main""#,
+        format!("issuer = {:?}", idp.issuer()),
+        1,
+    ));
+    table.push(swap(
+        r#"path = "/var/lib/gantry/auth.db""#,
+        format!("path = {:?}", db.to_str().unwrap()),
+        1,
+    ));
+    table.push(swap(
+        r#"allowed_hosts = ["mcp.example.com", "localhost"]"#,
+        r#"allowed_hosts = ["mcp.example.com", "localhost", "127.0.0.1"]"#,
+        1,
+    ));
+    let g = Gantry::with_config_env(
+        &rewritten("builtin-idp.toml", &table),
+        &[("IDP_CLIENT_SECRET", "s3cret")],
+    );
+    // The authorization server's metadata names the public origin as issuer, and the
+    // protected-resource metadata names it as the authorization server.
+    let meta: Value = reqwest::get(format!("{}/.well-known/oauth-authorization-server", g.base))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(meta["issuer"], "https://mcp.example.com", "{meta}");
+    assert_eq!(
+        meta["authorization_endpoint"],
+        "https://mcp.example.com/authorize"
+    );
+    assert_eq!(meta["code_challenge_methods_supported"], json!(["S256"]));
+    let prm: Value = reqwest::get(format!(
+        "{}/.well-known/oauth-protected-resource/mcp",
+        g.base
+    ))
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    assert_eq!(
+        prm["authorization_servers"],
+        json!(["https://mcp.example.com"]),
+        "{prm}"
+    );
+    // Cursor registers its private-use redirect URI (allowed by redirect_schemes).
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let reg: Value = http
+        .post(format!("{}/register", g.base))
+        .json(
+            &json!({"client_name": "Cursor", "token_endpoint_auth_method": "none",
+            "redirect_uris": ["cursor://anysphere.cursor-mcp/oauth/callback"],
+            "grant_types": ["authorization_code", "refresh_token"]}),
+        )
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let client_id = reg["client_id"].as_str().unwrap_or_else(|| panic!("{reg}"));
+    // Its authorization goes to the IdP's login, as Gantry's client there, with PKCE.
+    let r = http
+        .get(format!("{}/authorize", g.base))
+        .query(&[
+            ("response_type", "code"),
+            ("client_id", client_id),
+            (
+                "redirect_uri",
+                "cursor://anysphere.cursor-mcp/oauth/callback",
+            ),
+            (
+                "code_challenge",
+                "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM",
+            ),
+            ("code_challenge_method", "S256"),
+            ("state", "x"),
+        ])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 302);
+    let to = reqwest::Url::parse(r.headers()["location"].to_str().unwrap()).unwrap();
+    let at = idp.info["authorization_endpoint"].as_str().unwrap();
+    assert!(to.as_str().starts_with(at), "{to} is not the IdP's {at}");
+    let q: std::collections::HashMap<String, String> = to.query_pairs().into_owned().collect();
+    assert_eq!(q["client_id"], "gantry");
+    assert_eq!(q["redirect_uri"], "https://mcp.example.com/oauth/callback");
+    assert_eq!(q["code_challenge_method"], "S256");
+    assert_eq!(q["scope"], "openid email");
+    assert!(q.contains_key("nonce"));
+}
+
 async fn boot_redis_limits() {
     // The default of ${REDIS_URL:-…} makes the file valid without the variable.
     check_as_shipped("redis-limits.toml", &[]);
@@ -542,6 +650,7 @@ fn boot_case(name: &str) -> Option<Boot> {
         "external-idp.toml" => Box::pin(boot_external_idp()),
         "redis-limits.toml" => Box::pin(boot_redis_limits()),
         "multi-replica.toml" => Box::pin(boot_multi_replica()),
+        "builtin-idp.toml" => Box::pin(boot_builtin_idp()),
         _ => return None,
     };
     Some(boot)
