@@ -15,3 +15,7 @@ export { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/
 export { requireBearerAuth } from '@modelcontextprotocol/sdk/server/auth/middleware/bearerAuth.js';
 export { mcpAuthMetadataRouter, getOAuthProtectedResourceMetadataUrl } from '@modelcontextprotocol/sdk/server/auth/router.js';
 export { InvalidTokenError } from '@modelcontextprotocol/sdk/server/auth/errors.js';
+
+// puppeteer-core (tests/oidc/chromium_flow.mjs) is loaded on demand only, so that the other
+// scripts do not load it with every import of this file.
+export const loadPuppeteer = async () => (await import('puppeteer-core')).default;

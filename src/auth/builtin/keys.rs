@@ -330,6 +330,30 @@ mod tests {
             a.find("p1-zzz").await.unwrap().is_none(),
             "a period long gone"
         );
+        // Rotation: the previous period's key still verifies (its tokens live on), the
+        // next one is already published, one two periods back is gone.
+        let p = a.current_period();
+        let prev = a.of_period(p - 1).await.unwrap();
+        let next = a.of_period(p + 1).await.unwrap();
+        assert!(b.find(&prev.kid).await.unwrap().is_some());
+        assert!(b.find(&next.kid).await.unwrap().is_some());
+        let old = a.of_period(p - 2).await.unwrap();
+        assert!(b.find(&old.kid).await.unwrap().is_none());
+        let published: Vec<String> = a
+            .verifying()
+            .await
+            .unwrap()
+            .iter()
+            .map(|k| k.kid.clone())
+            .collect();
+        assert_eq!(
+            published,
+            vec![prev.kid.clone(), ka.kid.clone(), next.kid.clone()]
+        );
+        assert_ne!(prev.kid, ka.kid);
+        // A kid naming the right period with other random bits is not a key.
+        let forged = format!("p{p}-AAAAAAAA");
+        assert!(b.find(&forged).await.unwrap().is_none());
         // Another state key cannot open them.
         let c = Keys::new(
             store,
