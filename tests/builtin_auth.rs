@@ -1038,3 +1038,47 @@ async fn two_replicas_share_their_state_through_redis() {
         200
     );
 }
+
+/// Password guessing at the development login is slowed down per address: after ten
+/// attempts in a minute, 429 with Retry-After (and the right password does not help).
+#[tokio::test]
+async fn password_guessing_is_slowed_down() {
+    let dir = Scratch::new("builtin-guess");
+    let g = gantry()
+        .section(&builtin_dev(&dir.file("auth.db"), ""))
+        .backend(example())
+        .start();
+    let client = public_client(&g).await;
+    let (_, challenge) = pkce();
+    let mut b = Browser::new(&g);
+    let mut page = authorize_for(&mut b, &client, &challenge).await;
+    // Ten are let through at once; refills come one per 6 s, slower than guessing.
+    let mut tries = 0;
+    while page.status != 429 {
+        assert!(tries < 30, "no 429 after {tries} wrong passwords");
+        assert_eq!(page.status, if tries == 0 { 200 } else { 401 });
+        let last = page;
+        page = b.log_in(&last, "alice", "guess").await;
+        tries += 1;
+        if page.status == 429 {
+            page = last;
+            break;
+        }
+    }
+    assert!(tries >= 10, "refused after {tries}");
+    let request = hidden(&page.body, "request").unwrap();
+    let csrf = hidden(&page.body, "csrf").unwrap();
+    let p = b
+        .post(
+            "/oauth/login",
+            &[
+                ("request", &request),
+                ("csrf", &csrf),
+                ("username", "alice"),
+                ("password", "pw"),
+            ],
+        )
+        .await;
+    assert_eq!(p.status, 429, "{}", p.body);
+    assert_eq!(p.headers["retry-after"], "60");
+}

@@ -55,6 +55,25 @@ pub fn routes<S: Clone + Send + Sync + 'static>(server: Arc<AuthServer>) -> axum
         .with_state(server)
 }
 
+/// The address of the connection (unspecified when unknown).
+fn peer(extensions: &axum::http::Extensions) -> std::net::IpAddr {
+    extensions
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|p| p.0.ip())
+        .unwrap_or(std::net::IpAddr::from([0, 0, 0, 0]))
+}
+
+fn slow_down(what: &str) -> Response {
+    let mut r = pages::error(
+        StatusCode::TOO_MANY_REQUESTS,
+        "temporarily_unavailable",
+        &format!("Too many {what} from this address; wait a minute and try again."),
+    );
+    r.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("60"));
+    r
+}
+
 /// CORS for the endpoints browser-based clients call directly.
 fn cors(mut resp: Response) -> Response {
     let h = resp.headers_mut();
@@ -233,9 +252,13 @@ fn form_target(redirect_uri: &str) -> String {
 
 async fn authorize(
     State(s): State<Arc<AuthServer>>,
+    extensions: axum::http::Extensions,
     headers: HeaderMap,
     RawQuery(q): RawQuery,
 ) -> Response {
+    if !super::admit(&s.authorizations, peer(&extensions)) {
+        return slow_down("authorization requests");
+    }
     let p = Params::parse(q.unwrap_or_default().as_bytes());
     let bad = |why: &str| pages::error(StatusCode::BAD_REQUEST, "invalid_request", why);
     // Until the redirect URI is known to be the client's, errors are shown here.
@@ -488,7 +511,15 @@ async fn callback(
     after_login(&s, request, pending).await
 }
 
-async fn login(State(s): State<Arc<AuthServer>>, headers: HeaderMap, body: Bytes) -> Response {
+async fn login(
+    State(s): State<Arc<AuthServer>>,
+    extensions: axum::http::Extensions,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if !super::admit(&s.logins, peer(&extensions)) {
+        return slow_down("login attempts");
+    }
     let f = Params::parse(&body);
     let field = |k: &str| f.one(k).ok().flatten().unwrap_or_default().to_owned();
     let request = field("request");
@@ -1109,11 +1140,7 @@ async fn register(
     extensions: axum::http::Extensions,
     body: Bytes,
 ) -> Response {
-    let ip = extensions
-        .get::<ConnectInfo<SocketAddr>>()
-        .map(|p| p.0.ip())
-        .unwrap_or(std::net::IpAddr::from([0, 0, 0, 0]));
-    if s.registrations.check_key(&ip).is_err() {
+    if !super::admit(&s.registrations, peer(&extensions)) {
         let mut r = oauth_error(
             StatusCode::TOO_MANY_REQUESTS,
             "too_many_requests",

@@ -49,6 +49,27 @@ const PENDING_TTL: Duration = Duration::from_secs(600);
 /// How long a checked grant is taken to be unrevoked before asking the store again.
 const LIVE_CHECK_TTL: Duration = Duration::from_secs(2);
 const MAX_LIVE_ENTRIES: usize = 100_000;
+/// Authorization requests accepted per client address and minute.
+const AUTHORIZE_PER_MINUTE: NonZeroU32 = match NonZeroU32::new(60) {
+    Some(n) => n,
+    None => NonZeroU32::MIN,
+};
+/// Password attempts accepted per client address and minute.
+const LOGINS_PER_MINUTE: NonZeroU32 = match NonZeroU32::new(10) {
+    Some(n) => n,
+    None => NonZeroU32::MIN,
+};
+/// A per-address limiter forgets quiet addresses once it holds this many.
+const MAX_LIMITER_KEYS: usize = 10_000;
+
+/// Whether `ip` may go on under `limiter` (which forgets quiet addresses when full).
+fn admit(limiter: &governor::DefaultKeyedRateLimiter<IpAddr>, ip: IpAddr) -> bool {
+    if limiter.len() >= MAX_LIMITER_KEYS {
+        limiter.retain_recent();
+        limiter.shrink_to_fit();
+    }
+    limiter.check_key(&ip).is_ok()
+}
 
 /// 256 random bits, base64url: codes, tokens, request ids, CSRF tokens.
 pub fn random_token() -> String {
@@ -147,6 +168,11 @@ pub struct AuthServer {
     statics: HashMap<String, Client>,
     documents: cimd::Documents,
     registrations: governor::DefaultKeyedRateLimiter<IpAddr>,
+    /// Authorization requests per client address (each stores a pending request
+    /// and may fetch a metadata document).
+    authorizations: governor::DefaultKeyedRateLimiter<IpAddr>,
+    /// Password attempts per client address (development users).
+    logins: governor::DefaultKeyedRateLimiter<IpAddr>,
     /// Grants recently found unrevoked, and when.
     live: DashMap<String, Instant>,
     /// Whether pages are served over https (then cookies are `__Host-`/`Secure`).
@@ -256,6 +282,12 @@ impl AuthServer {
             statics,
             documents,
             registrations: governor::RateLimiter::keyed(governor::Quota::per_hour(per_hour)),
+            authorizations: governor::RateLimiter::keyed(
+                governor::Quota::per_minute(AUTHORIZE_PER_MINUTE).allow_burst(AUTHORIZE_PER_MINUTE),
+            ),
+            logins: governor::RateLimiter::keyed(
+                governor::Quota::per_minute(LOGINS_PER_MINUTE).allow_burst(LOGINS_PER_MINUTE),
+            ),
             live: DashMap::new(),
             cfg: b,
         }))
