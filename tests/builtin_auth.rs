@@ -1082,3 +1082,33 @@ async fn password_guessing_is_slowed_down() {
     assert_eq!(p.status, 429, "{}", p.body);
     assert_eq!(p.headers["retry-after"], "60");
 }
+
+/// The login and consent pages in a real headless browser (Debian's chromium, driven
+/// by puppeteer-core: tests/oidc/chromium_flow.mjs): they render, the forms submit
+/// by real clicks, the browser follows the consent POST's redirect to the client
+/// under the pages' CSP, and the code it brings back works.
+#[tokio::test]
+async fn the_login_and_consent_pages_work_in_a_real_browser() {
+    let dir = Scratch::new("builtin-chromium");
+    let g = gantry()
+        .section(&builtin_dev(&dir.file("auth.db"), ""))
+        .backend(example())
+        .start();
+    let out = std::process::Command::new(common::oidc::node())
+        .arg(common::oidc::oidc_script("chromium_flow.mjs"))
+        .args(["--base", &g.base, "--username", "alice", "--password", "pw"])
+        .output()
+        .unwrap();
+    let line = String::from_utf8_lossy(&out.stdout);
+    let r: Value =
+        serde_json::from_str(line.lines().last().unwrap_or("null")).unwrap_or_else(|_| {
+            panic!(
+                "chromium_flow printed no JSON (is Debian's chromium installed?): {line} {}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+    assert_eq!(r["ok"], true, "{r}");
+    assert_eq!(r["consent_mentions_client"], true, "{r}");
+    assert_eq!(r["mcp_status"], 200, "{r}");
+    assert_eq!(r["csp_violations"], json!([]), "{r}");
+}

@@ -233,18 +233,11 @@ fn redirect_error(
     )
 }
 
-/// Where a consent form's redirect may go (for the CSP `form-action`).
+/// Where a consent form's redirect may go (for the CSP `form-action`): the origin of
+/// the redirect URI the client asked for (its port too, for a loopback one).
 fn form_target(redirect_uri: &str) -> String {
     match reqwest::Url::parse(redirect_uri) {
-        Ok(u) if matches!(u.scheme(), "http" | "https") => {
-            let host = u.host_str().unwrap_or_default();
-            let lo = host == "localhost" || host == "127.0.0.1" || host == "[::1]";
-            if lo {
-                format!("{}://{host}:*", u.scheme())
-            } else {
-                u.origin().ascii_serialization()
-            }
-        }
+        Ok(u) if matches!(u.scheme(), "http" | "https") => u.origin().ascii_serialization(),
         Ok(u) => format!("{}:", u.scheme()),
         Err(_) => String::new(),
     }

@@ -40,9 +40,13 @@ pub(super) fn page(
         esc(title)
     );
     let mut resp = (status, html).into_response();
-    let targets = form_targets.join(" ");
+    let mut form_action = String::from("'self'");
+    for t in form_targets.iter().filter(|t| !t.is_empty()) {
+        form_action.push(' ');
+        form_action.push_str(t);
+    }
     let csp = format!(
-        "default-src 'none'; style-src 'unsafe-inline'; form-action 'self' {targets}; frame-ancestors 'none'; base-uri 'none'"
+        "default-src 'none'; style-src 'unsafe-inline'; form-action {form_action}; frame-ancestors 'none'; base-uri 'none'"
     );
     let h = resp.headers_mut();
     h.insert(
