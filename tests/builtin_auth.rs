@@ -314,6 +314,19 @@ async fn exchange(
     token(g, &form).await
 }
 
+/// A refresh at `/token` by a public client.
+async fn refresh_with(g: &Gantry, refresh: &str, client: &str) -> (u16, Value) {
+    token(
+        g,
+        &[
+            ("grant_type", "refresh_token"),
+            ("refresh_token", refresh),
+            ("client_id", client),
+        ],
+    )
+    .await
+}
+
 /// `/authorize` for `client` with [`REDIRECT`] and `challenge`.
 async fn authorize_for(b: &mut Browser, client: &str, challenge: &str) -> Page {
     b.authorize(&[
@@ -328,19 +341,9 @@ async fn authorize_for(b: &mut Browser, client: &str, challenge: &str) -> Page {
 
 /// Runs tests/oidc/builtin_flow.mjs (the official TS SDK v1 client): its JSON line.
 fn builtin_flow(url: &str, args: &[&str]) -> Value {
-    let out = std::process::Command::new(common::oidc::node())
-        .arg(common::oidc::oidc_script("builtin_flow.mjs"))
-        .args(["--url", url])
-        .args(args)
-        .output()
-        .unwrap();
-    let line = String::from_utf8_lossy(&out.stdout);
-    serde_json::from_str(line.lines().last().unwrap_or("null")).unwrap_or_else(|_| {
-        panic!(
-            "builtin_flow printed no JSON: {line} {}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
+    let mut all = vec!["--url", url];
+    all.extend_from_slice(args);
+    common::oidc::run_script("builtin_flow.mjs", &all)
 }
 
 /// Gantry in builtin mode logging users in at `idp` (as the relying party
@@ -657,15 +660,7 @@ async fn hostile_and_malformed_requests_get_the_errors_the_rfcs_name() {
         401,
         "the replayed code's access token"
     );
-    let (s, r) = token(
-        &g,
-        &[
-            ("grant_type", "refresh_token"),
-            ("refresh_token", &refresh),
-            ("client_id", &client),
-        ],
-    )
-    .await;
+    let (s, r) = refresh_with(&g, &refresh, &client).await;
     assert_eq!(
         (s, r["error"].as_str()),
         (400, Some("invalid_grant")),
@@ -873,31 +868,13 @@ async fn a_restart_keeps_registered_clients_and_refresh_tokens() {
     let mut b = Browser::new(&g);
     b.issuer = "http://127.0.0.1:9".into();
     let code = code_for(&mut b, &client, &challenge, "alice").await;
-    let (s, t) = token(
-        &g,
-        &[
-            ("grant_type", "authorization_code"),
-            ("code", &code),
-            ("client_id", &client),
-            ("redirect_uri", REDIRECT),
-            ("code_verifier", &verifier),
-        ],
-    )
-    .await;
+    let (s, t) = exchange(&g, code.clone(), verifier.clone(), client.clone(), REDIRECT).await;
     assert_eq!(s, 200, "{t}");
     let refresh = t["refresh_token"].as_str().unwrap().to_owned();
     drop(g);
 
     let g = spec.start();
-    let (s, t) = token(
-        &g,
-        &[
-            ("grant_type", "refresh_token"),
-            ("refresh_token", &refresh),
-            ("client_id", &client),
-        ],
-    )
-    .await;
+    let (s, t) = refresh_with(&g, &refresh, &client).await;
     assert_eq!(s, 200, "the refresh token survived: {t}");
     assert_ne!(t["refresh_token"].as_str().unwrap(), refresh, "rotated");
     assert_eq!(
@@ -1002,17 +979,7 @@ async fn two_replicas_share_their_state_through_redis() {
     let mut browser = Browser::new(&b);
     browser.issuer = "http://127.0.0.1:9".into();
     let code = code_for(&mut browser, &client, &challenge, "alice").await;
-    let (s, t) = token(
-        &a,
-        &[
-            ("grant_type", "authorization_code"),
-            ("code", &code),
-            ("client_id", &client),
-            ("redirect_uri", REDIRECT),
-            ("code_verifier", &verifier),
-        ],
-    )
-    .await;
+    let (s, t) = exchange(&a, code.clone(), verifier.clone(), client.clone(), REDIRECT).await;
     assert_eq!(s, 200, "{t}");
     let access = t["access_token"].as_str().unwrap();
     assert_eq!(
@@ -1023,15 +990,7 @@ async fn two_replicas_share_their_state_through_redis() {
     let refresh = t["refresh_token"].as_str().unwrap().to_owned();
     drop((a, b));
     let c = spec.start();
-    let (s, t) = token(
-        &c,
-        &[
-            ("grant_type", "refresh_token"),
-            ("refresh_token", &refresh),
-            ("client_id", &client),
-        ],
-    )
-    .await;
+    let (s, t) = refresh_with(&c, &refresh, &client).await;
     assert_eq!(s, 200, "{t}");
     assert_eq!(
         call_with(&c, t["access_token"].as_str().unwrap()).await,
@@ -1094,19 +1053,10 @@ async fn the_login_and_consent_pages_work_in_a_real_browser() {
         .section(&builtin_dev(&dir.file("auth.db"), ""))
         .backend(example())
         .start();
-    let out = std::process::Command::new(common::oidc::node())
-        .arg(common::oidc::oidc_script("chromium_flow.mjs"))
-        .args(["--base", &g.base, "--username", "alice", "--password", "pw"])
-        .output()
-        .unwrap();
-    let line = String::from_utf8_lossy(&out.stdout);
-    let r: Value =
-        serde_json::from_str(line.lines().last().unwrap_or("null")).unwrap_or_else(|_| {
-            panic!(
-                "chromium_flow printed no JSON (is Debian's chromium installed?): {line} {}",
-                String::from_utf8_lossy(&out.stderr)
-            )
-        });
+    let r = common::oidc::run_script(
+        "chromium_flow.mjs",
+        &["--base", &g.base, "--username", "alice", "--password", "pw"],
+    );
     assert_eq!(r["ok"], true, "{r}");
     assert_eq!(r["consent_mentions_client"], true, "{r}");
     assert_eq!(r["mcp_status"], 200, "{r}");

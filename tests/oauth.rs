@@ -336,19 +336,9 @@ async fn a_backend_never_sees_the_clients_token() {
 /// Runs the official TypeScript SDK's OAuth client (tests/oidc/sdk_flow.mjs) against
 /// `url`: its one JSON line.
 fn sdk_flow(url: &str, args: &[&str]) -> Value {
-    let out = std::process::Command::new(common::oidc::node())
-        .arg(common::oidc::oidc_script("sdk_flow.mjs"))
-        .args(["--url", url])
-        .args(args)
-        .output()
-        .unwrap();
-    let line = String::from_utf8_lossy(&out.stdout);
-    serde_json::from_str(line.lines().last().unwrap_or("null")).unwrap_or_else(|_| {
-        panic!(
-            "sdk_flow printed no JSON: {line} {}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
+    let mut all = vec!["--url", url];
+    all.extend_from_slice(args);
+    common::oidc::run_script("sdk_flow.mjs", &all)
 }
 
 /// The official TypeScript SDK client logs in on its own: 401 → protected-resource

@@ -31,6 +31,14 @@ use std::fmt;
 use std::sync::Arc;
 use subtle::{Choice, ConditionallySelectable, ConstantTimeEq};
 
+/// Seconds since the Unix epoch (0 if the clock is before it).
+pub(crate) fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
 /// Name of the principal every caller is when no key is configured. Reserved: config
 /// validation refuses it as the principal of an API key.
 pub const ANONYMOUS: &str = "anonymous";

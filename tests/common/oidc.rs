@@ -21,6 +21,23 @@ pub(crate) fn oidc_script(name: &str) -> PathBuf {
         .join(name)
 }
 
+/// Runs a tests/oidc script to its end: its last stdout line, as JSON (panics with
+/// its output when there is none).
+pub(crate) fn run_script(name: &str, args: &[&str]) -> Value {
+    let out = Command::new(node())
+        .arg(oidc_script(name))
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("run {name}: {e}"));
+    let line = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(line.lines().last().unwrap_or("null")).unwrap_or_else(|_| {
+        panic!(
+            "{name} printed no JSON: {line} {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
 /// Spawns a fixture that prints one JSON line on stdout once it is ready (and
 /// exits when its stdin closes): the child and that line.
 fn spawn_ready(mut cmd: Command, what: &str) -> (Child, Value) {

@@ -106,12 +106,7 @@ pub struct Keys {
     loaded: parking_lot::Mutex<HashMap<u64, Arc<SigningKey>>>,
 }
 
-fn now_secs() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
+use crate::auth::now_secs;
 
 impl Keys {
     pub fn new(store: Arc<dyn Store>, sealer: Sealer, period: Duration) -> Self {

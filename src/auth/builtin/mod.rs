@@ -91,12 +91,7 @@ pub fn digest(secret: &str) -> String {
     s
 }
 
-fn now_secs() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
+pub(crate) use crate::auth::now_secs;
 
 /// An authorization request between `/authorize` and the redirect back.
 #[derive(Debug, Clone, Serialize, Deserialize)]

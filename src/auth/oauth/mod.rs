@@ -121,12 +121,7 @@ fn unverified_claims(token: &str) -> Option<serde_json::Map<String, Value>> {
     segment_json(token, 1)
 }
 
-fn now_secs() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
+use crate::auth::now_secs;
 
 impl ResourceServer {
     /// The resource server for a validated `[auth.oauth]` and the public URL.
