@@ -667,6 +667,33 @@ async fn hostile_and_malformed_requests_get_the_errors_the_rfcs_name() {
         "{r}"
     );
 
+    // What /metrics says of it (the replay is the one revocation, one code exchanged).
+    let m = |series: &'static str| {
+        let g = &g;
+        async move { metric(g, series).await.unwrap_or(0.0) }
+    };
+    assert_eq!(
+        m("gantry_oauth_server_grants_revoked_total{reason=\"code_replayed\"}").await,
+        1.0
+    );
+    assert_eq!(
+        m("gantry_oauth_server_tokens_issued_total{grant=\"authorization_code\"}").await,
+        1.0
+    );
+    assert!(
+        m("gantry_oauth_server_refusals_total{endpoint=\"token\",error=\"invalid_grant\"}").await
+            >= 5.0
+    );
+    assert!(
+        m("gantry_oauth_server_refusals_total{endpoint=\"authorize\",error=\"invalid_request\"}")
+            .await
+            >= 4.0
+    );
+    assert_eq!(
+        m("gantry_oauth_server_registrations_total{via=\"dynamic\"}").await,
+        2.0
+    );
+
     // Unknown grant types and clients.
     let (s, r) = token(&g, &[("grant_type", "password"), ("client_id", &client)]).await;
     assert_eq!(

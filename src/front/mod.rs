@@ -336,6 +336,20 @@ async fn metrics(State(app): State<Arc<App>>) -> HttpResponse {
             );
         }
     }
+    if let Some(b) = &app.builtin {
+        for ((endpoint, error), n) in b.stats.refused() {
+            Metrics::catch_up(&m.as_refusals.with_label_values(&[endpoint, error]), n);
+        }
+        for (grant, n) in b.stats.issued() {
+            Metrics::catch_up(&m.as_tokens.with_label_values(&[grant]), n);
+        }
+        for (reason, n) in b.stats.revoked() {
+            Metrics::catch_up(&m.as_revocations.with_label_values(&[reason]), n);
+        }
+        for (via, n) in b.stats.registered() {
+            Metrics::catch_up(&m.as_registrations.with_label_values(&[via]), n);
+        }
+    }
     if let Some(l) = &app.limits() {
         for (rule, n) in &l.refused {
             Metrics::catch_up(

@@ -99,6 +99,14 @@ pub struct Metrics {
     pub jwks_fetches: IntCounterVec,
     /// Opaque tokens checked, by how (`cache`, `introspection`).
     pub introspections: IntCounterVec,
+    /// The built-in authorization server's refusals, by endpoint and OAuth error.
+    pub as_refusals: IntCounterVec,
+    /// Its tokens issued, by grant type.
+    pub as_tokens: IntCounterVec,
+    /// Its grants revoked, by reason.
+    pub as_revocations: IntCounterVec,
+    /// Its clients registered, by how.
+    pub as_registrations: IntCounterVec,
     /// Requests refused by a rate-limit rule, by rule (configured names).
     pub rate_limited: IntCounterVec,
     /// Requests decided by a rule's `on_store_error` while Redis did not answer.
@@ -217,6 +225,34 @@ impl Metrics {
                 "Fetches of an authorization server's signing keys, by issuer and outcome",
             ),
             &["issuer", "outcome"],
+        )?;
+        let as_refusals = IntCounterVec::new(
+            Opts::new(
+                "oauth_server_refusals_total",
+                "Requests the built-in authorization server refused, by endpoint and OAuth error code",
+            ),
+            &["endpoint", "error"],
+        )?;
+        let as_tokens = IntCounterVec::new(
+            Opts::new(
+                "oauth_server_tokens_issued_total",
+                "Access tokens the built-in authorization server issued, by grant type",
+            ),
+            &["grant"],
+        )?;
+        let as_revocations = IntCounterVec::new(
+            Opts::new(
+                "oauth_server_grants_revoked_total",
+                "Grants revoked by the built-in authorization server: code_replayed, refresh_reused, client",
+            ),
+            &["reason"],
+        )?;
+        let as_registrations = IntCounterVec::new(
+            Opts::new(
+                "oauth_server_registrations_total",
+                "Clients the built-in authorization server registered: dynamic (RFC 7591) or document (a client ID metadata document fetched)",
+            ),
+            &["via"],
         )?;
         let introspections = IntCounterVec::new(
             Opts::new(
@@ -366,6 +402,10 @@ impl Metrics {
         registry.register(Box::new(auth_failures.clone()))?;
         registry.register(Box::new(jwks_fetches.clone()))?;
         registry.register(Box::new(introspections.clone()))?;
+        registry.register(Box::new(as_refusals.clone()))?;
+        registry.register(Box::new(as_tokens.clone()))?;
+        registry.register(Box::new(as_revocations.clone()))?;
+        registry.register(Box::new(as_registrations.clone()))?;
         registry.register(Box::new(rate_limited.clone()))?;
         registry.register(Box::new(rate_limit_fallbacks.clone()))?;
         registry.register(Box::new(redis_errors.clone()))?;
@@ -397,6 +437,10 @@ impl Metrics {
             auth_failures,
             jwks_fetches,
             introspections,
+            as_refusals,
+            as_tokens,
+            as_revocations,
+            as_registrations,
             rate_limited,
             rate_limit_fallbacks,
             redis_errors,

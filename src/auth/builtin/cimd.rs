@@ -156,16 +156,17 @@ impl Documents {
         })
     }
 
-    /// The client a document URL describes (validated), or why not.
+    /// The client a document URL describes (validated), or why not; and whether
+    /// it was fetched just now (not from the cache).
     pub async fn client(
         &self,
         client_id: &str,
         schemes: &[String],
         grantable: &[String],
-    ) -> Result<Arc<Client>, String> {
+    ) -> Result<(Arc<Client>, bool), String> {
         if let Some(e) = self.cache.get(client_id) {
             if e.1 > Instant::now() {
-                return e.0.clone();
+                return e.0.clone().map(|c| (c, false));
             }
         }
         let (answer, ttl) = match self.fetch(client_id, schemes, grantable).await {
@@ -184,7 +185,7 @@ impl Documents {
         }
         self.cache
             .insert(client_id.to_owned(), (answer.clone(), Instant::now() + ttl));
-        answer
+        answer.map(|c| (c, true))
     }
 
     async fn fetch(

@@ -51,8 +51,32 @@ pub fn routes<S: Clone + Send + Sync + 'static>(server: Arc<AuthServer>) -> axum
     if server.cfg.registration {
         r = r.route("/register", post(register).options(preflight));
     }
-    r.layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
+    r.layer(axum::middleware::from_fn_with_state(server.clone(), count))
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(server)
+}
+
+/// Counts what each answer was (refusal by error code, tokens by grant type).
+async fn count(
+    State(s): State<Arc<AuthServer>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let endpoint = match req.uri().path() {
+        "/authorize" | "/oauth/callback" | "/oauth/login" | "/oauth/consent" => "authorize",
+        "/token" => "token",
+        "/register" => "register",
+        "/revoke" => "revoke",
+        _ => "other",
+    };
+    let resp = next.run(req).await;
+    if let Some(pages::Refused(code)) = resp.extensions().get::<pages::Refused>() {
+        super::Stats::bump(&s.stats.refused, (endpoint, *code));
+    }
+    if let Some(Issued(grant)) = resp.extensions().get::<Issued>() {
+        super::Stats::bump(&s.stats.issued, *grant);
+    }
+    resp
 }
 
 /// The address of the connection (unspecified when unknown).
@@ -221,16 +245,18 @@ fn redirect_error(
     s: &AuthServer,
     redirect_uri: &str,
     state: Option<&str>,
-    code: &str,
+    code: &'static str,
     description: &str,
 ) -> Response {
     tracing::info!(code, description, "authorization refused");
-    back_to_client(
+    let mut resp = back_to_client(
         s,
         redirect_uri,
         state,
         &[("error", code), ("error_description", description)],
-    )
+    );
+    resp.extensions_mut().insert(pages::Refused(code));
+    resp
 }
 
 /// Where a consent form's redirect may go (for the CSP `form-action`): the origin of
@@ -290,7 +316,7 @@ async fn authorize(
         Ok(st) => st,
         Err(e) => return redirect_error(&s, &redirect_uri, None, "invalid_request", &e),
     };
-    let fail = |code: &str, why: &str| redirect_error(&s, &redirect_uri, state, code, why);
+    let fail = |code: &'static str, why: &str| redirect_error(&s, &redirect_uri, state, code, why);
     for k in [
         "response_type",
         "code_challenge",
@@ -470,7 +496,7 @@ async fn callback(
     };
     // One callback per login, whatever happens next.
     let _ = s.store.delete(Kind::Pending, request).await;
-    let back_err = |code: &str, why: &str| {
+    let back_err = |code: &'static str, why: &str| {
         redirect_error(
             &s,
             &pending.redirect_uri,
@@ -702,7 +728,7 @@ async fn issue_code(s: &AuthServer, p: &Pending, user: User) -> Response {
 }
 
 /// An OAuth error answer of the token, revocation and registration endpoints.
-fn oauth_error(status: StatusCode, code: &str, description: &str) -> Response {
+fn oauth_error(status: StatusCode, code: &'static str, description: &str) -> Response {
     let mut resp = (
         status,
         axum::Json(json!({ "error": code, "error_description": description })),
@@ -714,10 +740,11 @@ fn oauth_error(status: StatusCode, code: &str, description: &str) -> Response {
             HeaderValue::from_static("Basic realm=\"gantry\""),
         );
     }
+    resp.extensions_mut().insert(pages::Refused(code));
     cors(no_store(resp))
 }
 
-fn grant_error(code: &str, description: &str) -> Response {
+fn grant_error(code: &'static str, description: &str) -> Response {
     tracing::info!(code, description, "token request refused");
     oauth_error(StatusCode::BAD_REQUEST, code, description)
 }
@@ -813,7 +840,17 @@ async fn authenticate_client(
     Ok(client)
 }
 
-fn token_answer(access: &str, ttl: Duration, scopes: &[String], refresh: Option<&str>) -> Response {
+/// Marks a response as tokens issued under this grant type (for the metrics).
+#[derive(Debug, Clone, Copy)]
+struct Issued(&'static str);
+
+fn token_answer(
+    grant: &'static str,
+    access: &str,
+    ttl: Duration,
+    scopes: &[String],
+    refresh: Option<&str>,
+) -> Response {
     let mut v = json!({
         "access_token": access,
         "token_type": "Bearer",
@@ -823,7 +860,9 @@ fn token_answer(access: &str, ttl: Duration, scopes: &[String], refresh: Option<
     if let (Some(r), Some(o)) = (refresh, v.as_object_mut()) {
         o.insert("refresh_token".into(), Value::String(r.to_owned()));
     }
-    cors(no_store(axum::Json(v).into_response()))
+    let mut resp = cors(no_store(axum::Json(v).into_response()));
+    resp.extensions_mut().insert(Issued(grant));
+    resp
 }
 
 async fn token(State(s): State<Arc<AuthServer>>, headers: HeaderMap, body: Bytes) -> Response {
@@ -878,7 +917,13 @@ async fn token(State(s): State<Arc<AuthServer>>, headers: HeaderMap, body: Bytes
                 )
                 .await
             {
-                Ok(at) => token_answer(&at, s.cfg.access_token_ttl, &scopes, None),
+                Ok(at) => token_answer(
+                    "client_credentials",
+                    &at,
+                    s.cfg.access_token_ttl,
+                    &scopes,
+                    None,
+                ),
                 Err(e) => server_error(&e),
             }
         }
@@ -913,7 +958,10 @@ async fn code_grant(s: &AuthServer, client: &Client, f: &Params) -> Response {
         Ok(None) => {
             if let Ok(Some(g)) = s.store.get(Kind::CodeUsed, &h).await {
                 let grant = String::from_utf8_lossy(&g).into_owned();
-                if let Err(e) = s.revoke_grant(&grant, "authorization code replayed").await {
+                if let Err(e) = s
+                    .revoke_grant(&grant, "code_replayed", "authorization code replayed")
+                    .await
+                {
                     tracing::error!(error = %e, "cannot revoke a replayed code's grant");
                 }
                 return grant_error(
@@ -982,11 +1030,12 @@ async fn code_grant(s: &AuthServer, client: &Client, f: &Params) -> Response {
             user: rec.user,
             grant: rec.grant,
         },
+        "authorization_code",
     )
     .await
 }
 
-async fn issue(s: &AuthServer, client: &Client, g: RefreshGrant) -> Response {
+async fn issue(s: &AuthServer, client: &Client, g: RefreshGrant, grant: &'static str) -> Response {
     let at = match s
         .access_token(&g.user, &g.client_id, &g.scopes, &g.resource, &g.grant)
         .await
@@ -1002,7 +1051,7 @@ async fn issue(s: &AuthServer, client: &Client, g: RefreshGrant) -> Response {
     } else {
         None
     };
-    token_answer(&at, s.cfg.access_token_ttl, &g.scopes, rt.as_deref())
+    token_answer(grant, &at, s.cfg.access_token_ttl, &g.scopes, rt.as_deref())
 }
 
 async fn refresh_grant(s: &AuthServer, client: &Client, f: &Params) -> Response {
@@ -1057,7 +1106,11 @@ async fn refresh_grant(s: &AuthServer, client: &Client, f: &Params) -> Response 
             let at: u64 = String::from_utf8_lossy(&at).parse().unwrap_or(0);
             if now.saturating_sub(at) > s.cfg.refresh_grace.as_secs() {
                 if let Err(e) = s
-                    .revoke_grant(&rec.grant, "a rotated-out refresh token was presented")
+                    .revoke_grant(
+                        &rec.grant,
+                        "refresh_reused",
+                        "a rotated-out refresh token was presented",
+                    )
                     .await
                 {
                     return server_error(&e.to_string());
@@ -1077,7 +1130,7 @@ async fn refresh_grant(s: &AuthServer, client: &Client, f: &Params) -> Response 
         }
         rec.scopes = asked;
     }
-    issue(s, client, rec).await
+    issue(s, client, rec, "refresh_token").await
 }
 
 async fn revoke(State(s): State<Arc<AuthServer>>, headers: HeaderMap, body: Bytes) -> Response {
@@ -1105,7 +1158,7 @@ async fn revoke(State(s): State<Arc<AuthServer>>, headers: HeaderMap, body: Byte
         None => access_grant(&s, token, &client.client_id).await,
     };
     if let Some(g) = grant {
-        if let Err(e) = s.revoke_grant(&g, "revoked by its client").await {
+        if let Err(e) = s.revoke_grant(&g, "client", "revoked by its client").await {
             return server_error(&e.to_string());
         }
     }
@@ -1143,7 +1196,7 @@ async fn register(
             .insert(header::RETRY_AFTER, HeaderValue::from_static("600"));
         return r;
     }
-    let bad = |code: &str, why: &str| {
+    let bad = |code: &'static str, why: &str| {
         tracing::info!(code, why, "registration refused");
         oauth_error(StatusCode::BAD_REQUEST, code, why)
     };
@@ -1185,6 +1238,7 @@ async fn register(
         return server_error(&e.to_string());
     }
     tracing::info!(client_id = %client.client_id, name = client.display_name(), "client registered");
+    super::Stats::bump(&s.stats.registered, "dynamic");
     let mut answer = match doc {
         Value::Object(m) => m,
         _ => serde_json::Map::new(),

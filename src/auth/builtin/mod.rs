@@ -137,6 +137,49 @@ struct RefreshGrant {
     grant: String,
 }
 
+/// What the server did, for `/metrics` (label values are fixed strings).
+#[derive(Default)]
+pub struct Stats {
+    /// (endpoint, OAuth error code) of every refusal.
+    refused: parking_lot::Mutex<std::collections::BTreeMap<(&'static str, &'static str), u64>>,
+    /// Tokens issued, by grant type.
+    issued: parking_lot::Mutex<std::collections::BTreeMap<&'static str, u64>>,
+    /// Grants revoked, by reason.
+    revoked: parking_lot::Mutex<std::collections::BTreeMap<&'static str, u64>>,
+    /// Clients registered, by how (`dynamic`, `document`).
+    registered: parking_lot::Mutex<std::collections::BTreeMap<&'static str, u64>>,
+}
+
+impl Stats {
+    fn bump<K: Ord + Copy>(m: &parking_lot::Mutex<std::collections::BTreeMap<K, u64>>, k: K) {
+        *m.lock().entry(k).or_insert(0) += 1;
+    }
+
+    /// Refusals: ((endpoint, error), count).
+    pub fn refused(&self) -> Vec<((&'static str, &'static str), u64)> {
+        self.refused.lock().iter().map(|(k, v)| (*k, *v)).collect()
+    }
+
+    /// Tokens issued: (grant type, count).
+    pub fn issued(&self) -> Vec<(&'static str, u64)> {
+        self.issued.lock().iter().map(|(k, v)| (*k, *v)).collect()
+    }
+
+    /// Grants revoked: (reason, count).
+    pub fn revoked(&self) -> Vec<(&'static str, u64)> {
+        self.revoked.lock().iter().map(|(k, v)| (*k, *v)).collect()
+    }
+
+    /// Clients registered: (how, count).
+    pub fn registered(&self) -> Vec<(&'static str, u64)> {
+        self.registered
+            .lock()
+            .iter()
+            .map(|(k, v)| (*k, *v))
+            .collect()
+    }
+}
+
 /// Why the server could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
@@ -172,6 +215,8 @@ pub struct AuthServer {
     live: DashMap<String, Instant>,
     /// Whether pages are served over https (then cookies are `__Host-`/`Secure`).
     secure: bool,
+    /// Counters for `/metrics`.
+    pub stats: Stats,
 }
 
 impl std::fmt::Debug for AuthServer {
@@ -284,6 +329,7 @@ impl AuthServer {
                 governor::Quota::per_minute(LOGINS_PER_MINUTE).allow_burst(LOGINS_PER_MINUTE),
             ),
             live: DashMap::new(),
+            stats: Stats::default(),
             cfg: b,
         }))
     }
@@ -329,8 +375,15 @@ impl AuthServer {
 
     /// Revokes a grant: its refresh tokens stop refreshing and its access tokens are
     /// refused.
-    async fn revoke_grant(&self, grant: &str, why: &str) -> Result<(), StoreError> {
+    /// `reason` is the metric label (`code_replayed`, `refresh_reused`, `client`).
+    async fn revoke_grant(
+        &self,
+        grant: &str,
+        reason: &'static str,
+        why: &str,
+    ) -> Result<(), StoreError> {
         tracing::warn!(grant, why, "grant revoked");
+        Stats::bump(&self.stats.revoked, reason);
         self.live.remove(grant);
         let ttl = self.cfg.refresh_token_ttl + self.cfg.access_token_ttl + Duration::from_secs(60);
         self.store
@@ -351,11 +404,14 @@ impl AuthServer {
         if self.cfg.client_id_metadata_documents
             && cimd::is_document_id(client_id, self.cfg.allow_loopback_client_ids)
         {
-            return self
+            let (client, fetched) = self
                 .documents
                 .client(client_id, &self.cfg.redirect_schemes, &self.grantable)
-                .await
-                .map(Some);
+                .await?;
+            if fetched {
+                Stats::bump(&self.stats.registered, "document");
+            }
+            return Ok(Some(client));
         }
         if client_id.is_empty() || client_id.len() > 200 {
             return Ok(None);

@@ -5,6 +5,10 @@
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
+/// Marks a response as a refusal with this OAuth error code (for the metrics).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Refused(pub(super) &'static str);
+
 /// HTML-escapes text for element content and quoted attributes.
 pub(super) fn esc(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
@@ -71,8 +75,8 @@ pub(super) fn page(
 
 /// An error page (before the redirect URI is known to be the client's, or for the
 /// user's eyes only).
-pub(super) fn error(status: StatusCode, code: &str, description: &str) -> Response {
-    page(
+pub(super) fn error(status: StatusCode, code: &'static str, description: &str) -> Response {
+    let mut resp = page(
         status,
         "Authorization failed",
         &format!(
@@ -81,7 +85,9 @@ pub(super) fn error(status: StatusCode, code: &str, description: &str) -> Respon
             esc(code)
         ),
         &[],
-    )
+    );
+    resp.extensions_mut().insert(Refused(code));
+    resp
 }
 
 /// What the consent page shows.
