@@ -44,6 +44,7 @@ use std::process::{Child, ChildStdin, Command, ExitCode, Stdio};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+mod lean;
 mod soak;
 
 /// The `session_mode` values of Gantry the bench can measure. Adding a mode is one
@@ -56,6 +57,7 @@ mod soak;
 /// `b0__echo` …): with `--op list`, what `tools/list` costs from Gantry's cache.
 const GANTRY_MODES: &[&str] = &[
     "shared",
+    "http",
     "per-session",
     "per-user",
     "shared+limit",
@@ -144,6 +146,11 @@ struct Cli {
     /// reached its backends.
     #[arg(long, default_value = "echo", value_parser = ["echo", "list"])]
     op: String,
+    /// Threads of the load generator (the clients run on them; 1: one core, a
+    /// current-thread runtime). A row whose generator kept its threads ≥ 90 % busy
+    /// gets no ratio: the generator, not the server, set its pace.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    generator_threads: usize,
     /// Internal: run the direct MCP server (prints its URL on stderr).
     #[arg(long, hide = true)]
     serve_direct: bool,
@@ -213,10 +220,24 @@ fn main() -> ExitCode {
     // Orphans of the servers we start (a backend whose gantry died) are re-parented
     // to us, so the final sweep finds them. Best effort.
     let _ = nix::sys::prctl::set_child_subreaper(true);
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let threads = cli.generator_threads.max(1);
+    let soak = matches!(cli.command, Some(Mode::Soak(_)));
+    let built = if soak {
+        // The soak mixes many kinds of load; it keeps the default runtime.
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+    } else if threads == 1 {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .enable_all()
+            .build()
+    };
+    let rt = match built {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("gantry-bench: cannot start the runtime: {e}");
@@ -280,6 +301,8 @@ struct Env {
     op: String,
     /// The redis-server of `shared+redis-limit` (started when that target is measured).
     redis: Option<Redis>,
+    /// `--generator-threads`.
+    generator_threads: usize,
 }
 
 /// A redis-server on a loopback port, killed on drop.
@@ -369,6 +392,7 @@ async fn run(cli: Cli) -> Result<bool> {
         } else {
             None
         },
+        generator_threads: cli.generator_threads.max(1),
     };
     let mut cells: Vec<(usize, usize, Target)> = Vec::new();
     for &n in &cli.clients {
@@ -521,6 +545,20 @@ impl CellResult {
         }
     }
 
+    /// The share of its threads the load generator kept busy over the window.
+    fn generator_busy(&self, threads: usize) -> Option<f64> {
+        let window_us = self.window.as_secs_f64() * 1e6 * threads.max(1) as f64;
+        self.bench_cpu_us
+            .filter(|_| window_us > 0.0)
+            .map(|c| c / window_us)
+    }
+
+    /// Whether the generator, not the server, set this row's pace.
+    fn generator_bound(&self, threads: usize) -> bool {
+        self.generator_busy(threads)
+            .is_some_and(|b| b >= GENERATOR_SATURATED)
+    }
+
     fn per_call(&self, total_us: Option<f64>) -> Option<f64> {
         total_us
             .filter(|_| self.calls > 0)
@@ -580,7 +618,30 @@ async fn start_target(env: &Env, target: Target, max_sessions: usize) -> Result<
 }
 
 async fn start_gantry(env: &Env, mode: &str, max_sessions: usize) -> Result<Server> {
-    let config = gantry_config(env, mode, max_sessions.max(64));
+    // `http`: the very server `direct` measures, as Gantry's HTTP backend.
+    let backend = if mode == "http" {
+        Some(
+            Server::start(
+                "direct (http backend)",
+                &env.bench,
+                &["--serve-direct".into()],
+                &[],
+                "direct listening on ",
+                true,
+            )
+            .await?,
+        )
+    } else {
+        None
+    };
+    let mut config = gantry_config(env, mode, max_sessions.max(64));
+    if let Some(b) = &backend {
+        let url = toml::Value::String(b.url.clone());
+        config = config.replace(
+            "session_mode = \"http\"\npool = { max_connections = 0 }\n",
+            &format!("session_mode = \"shared\"\nhttp = {{ url = {url} }}\n# "),
+        );
+    }
     let path = env.dir.0.join(format!("gantry-{mode}.toml"));
     std::fs::write(&path, config).with_context(|| format!("cannot write {}", path.display()))?;
     Server::start(
@@ -597,6 +658,10 @@ async fn start_gantry(env: &Env, mode: &str, max_sessions: usize) -> Result<Serv
         false,
     )
     .await
+    .map(|mut s| {
+        s.companion = backend.map(Box::new);
+        s
+    })
 }
 
 /// The configuration of Gantry in `mode` in front of the chosen stdio backend.
@@ -764,18 +829,25 @@ async fn load(
         tasks.spawn(async move { c.run_loop(op, size, window_start, window_end).await });
     }
     tokio::time::sleep_until(window_start).await;
+    let companion = server.companion.as_ref().map(|c| c.pid);
     let cpu0 = proc::cpu_sample(server.pid, true);
+    let side0 = companion.map(|p| proc::cpu_sample(p, true));
     let self0 = proc::cpu_sample(std::process::id(), false);
     tokio::time::sleep_until(window_end).await;
     let cpu1 = proc::cpu_sample(server.pid, true);
+    let side1 = companion.map(|p| proc::cpu_sample(p, true));
     let self1 = proc::cpu_sample(std::process::id(), false);
     // Calls are counted by their completion time inside [window_start, window_end).
     cell.window = duration;
     let mem = proc::tree_memory(server.pid);
-    cell.rss_kib = mem.rss_kib;
-    cell.procs = mem.procs;
+    let side_mem = companion.map(proc::tree_memory);
+    cell.rss_kib = mem.rss_kib + side_mem.as_ref().map_or(0, |m| m.rss_kib);
+    cell.procs = mem.procs + side_mem.as_ref().map_or(0, |m| m.procs);
     let tick_ns = 1_000_000_000 / env.clk_tck;
-    let (tree_ns, root_ns) = proc::cpu_delta(&cpu0, &cpu1, tick_ns);
+    let (mut tree_ns, root_ns) = proc::cpu_delta(&cpu0, &cpu1, tick_ns);
+    if let (Some(a), Some(b)) = (&side0, &side1) {
+        tree_ns += proc::cpu_delta(a, b, tick_ns).0;
+    }
     cell.server_cpu_us = Some(tree_ns as f64 / 1000.0);
     cell.root_cpu_us = Some(root_ns as f64 / 1000.0);
     cell.bench_cpu_us = Some(proc::cpu_delta(&self0, &self1, tick_ns).0 as f64 / 1000.0);
@@ -822,7 +894,7 @@ async fn open_clients(env: &Env, url: &str, n: usize, per_user: bool) -> Result<
     use futures::StreamExt;
     let mut opened: Vec<McpClient> = futures::stream::iter(0..n)
         .map(|i| async move {
-            let mut c = McpClient::new(i, url, env.accept, env.request_timeout)?;
+            let mut c = McpClient::new_lean(i, url, env.accept, env.request_timeout)?;
             if per_user {
                 c.api_key = Some(api_key(i / SESSIONS_PER_USER));
             }
@@ -870,6 +942,8 @@ struct McpClient {
     session: String,
     /// Sent as a bearer token when set.
     api_key: Option<String>,
+    /// The measuring path's connection (raw hyper); `None`: reqwest (soak, idle).
+    lean: Option<lean::LeanConn>,
 }
 
 /// The part of a JSON-RPC message the bench checks.
@@ -912,13 +986,52 @@ impl McpClient {
             accept,
             session: String::new(),
             api_key: None,
+            lean: None,
         })
+    }
+
+    /// A client whose JSON-RPC messages go over one raw hyper connection.
+    fn new_lean(index: usize, url: &str, accept: &'static str, timeout: Duration) -> Result<Self> {
+        let mut c = Self::new(index, url, accept, timeout)?;
+        c.lean = Some(lean::LeanConn::new(url, timeout)?);
+        Ok(c)
     }
 
     /// POSTs one JSON-RPC message; returns status, session header and the messages
     /// of the body (one for JSON, every non-empty `data` for SSE).
     async fn post(&self, body: String) -> Result<(u16, Option<String>, Vec<String>)> {
-        Self::read(self.send(body).await?).await
+        let Some(conn) = &self.lean else {
+            return Self::read(self.send(body).await?).await;
+        };
+        let bearer = self.api_key.as_ref().map(|k| format!("Bearer {k}"));
+        let mut headers: Vec<(&str, &str)> = vec![("accept", self.accept)];
+        if let Some(b) = &bearer {
+            headers.push(("authorization", b));
+        }
+        if !self.session.is_empty() {
+            headers.push(("mcp-session-id", &self.session));
+            headers.push(("mcp-protocol-version", PROTOCOL));
+        }
+        let a = conn.post(&headers, body).await?;
+        Ok((a.status, a.session, Self::messages(a.sse, &a.body)?))
+    }
+
+    /// The JSON-RPC messages of a body: one for JSON, every non-empty `data` for SSE.
+    fn messages(sse: bool, bytes: &[u8]) -> Result<Vec<String>> {
+        Ok(if sse {
+            let mut parser = gantry::sse::Parser::new(64 << 20);
+            parser
+                .feed(bytes)
+                .map_err(|e| anyhow!("bad SSE body: {e}"))?
+                .into_iter()
+                .map(|e| e.data)
+                .filter(|d| !d.trim().is_empty())
+                .collect()
+        } else if bytes.iter().all(u8::is_ascii_whitespace) {
+            Vec::new()
+        } else {
+            vec![String::from_utf8(bytes.to_vec()).context("body is not UTF-8")?]
+        })
     }
 
     /// POSTs one JSON-RPC message; returns once the response head has arrived.
@@ -954,21 +1067,7 @@ impl McpClient {
             .and_then(|v| v.to_str().ok())
             .is_some_and(|ct| ct.starts_with("text/event-stream"));
         let bytes = resp.bytes().await?;
-        let messages = if sse {
-            let mut parser = gantry::sse::Parser::new(64 << 20);
-            parser
-                .feed(&bytes)
-                .map_err(|e| anyhow!("bad SSE body: {e}"))?
-                .into_iter()
-                .map(|e| e.data)
-                .filter(|d| !d.trim().is_empty())
-                .collect()
-        } else if bytes.iter().all(u8::is_ascii_whitespace) {
-            Vec::new()
-        } else {
-            vec![String::from_utf8(bytes.to_vec()).context("body is not UTF-8")?]
-        };
-        Ok((status, session, messages))
+        Ok((status, session, Self::messages(sse, &bytes)?))
     }
 
     async fn initialize(&mut self) -> Result<()> {
@@ -1207,6 +1306,9 @@ async fn idle_sessions(env: &Env, k: usize) -> Result<IdleResult> {
 // Report
 // ---------------------------------------------------------------------------------
 
+/// A generator busier than this share of its threads saturated them.
+const GENERATOR_SATURATED: f64 = 0.9;
+
 fn fmt_ms(us: u64) -> String {
     let ms = us as f64 / 1000.0;
     if ms < 10.0 {
@@ -1251,6 +1353,7 @@ fn report(
         "RSS MiB",
         "procs",
         "bench CPU µs/call",
+        "bench busy",
         "setup s",
         "errors",
     ];
@@ -1278,6 +1381,11 @@ fn report(
         }
         let cpu = r.per_call(r.server_cpu_us);
         let base_cpu = base.and_then(|b| b.per_call(b.server_cpu_us));
+        // No ratio when the generator saturated, in this row or in its baseline.
+        let threads = env.generator_threads;
+        let gen_bound =
+            r.generator_bound(threads) || base.is_some_and(|b| b.generator_bound(threads));
+        let base = base.filter(|_| !gen_bound);
         rows.push(vec![
             r.target.name().to_owned(),
             r.clients.to_string(),
@@ -1285,7 +1393,11 @@ fn report(
             format!(
                 "{:.0}{}",
                 r.rate(),
-                fmt_ratio(r.rate(), base.map(CellResult::rate))
+                if gen_bound {
+                    " (generator-bound)".to_owned()
+                } else {
+                    fmt_ratio(r.rate(), base.map(CellResult::rate))
+                }
             ),
             format!(
                 "{}{}",
@@ -1311,16 +1423,20 @@ fn report(
             r.procs.to_string(),
             r.per_call(r.bench_cpu_us)
                 .map_or_else(|| "n/a".into(), |c| format!("{c:.0}")),
+            r.generator_busy(threads)
+                .map_or_else(|| "n/a".into(), |b| format!("{:.0}%", b * 100.0)),
             format!("{:.2}", r.setup.as_secs_f64()),
             r.errors.to_string(),
         ]);
     }
     let mut out = String::new();
     let about = format!(
-        "{} s measured after {} s warm-up per row; {} CPUs; CLK_TCK {}; Accept: {}; CPU and RSS are of the server process tree, \"root proc\" of the server process alone (gantry's supervisor and gateway without its backends); ratios are to `direct` at the same N and P",
+        "{} s measured after {} s warm-up per row; {} CPUs; load generator on {} thread(s) (\"bench busy\": the share of them it kept busy; at ≥ {:.0} % the row is generator-bound and gets no ratios); CLK_TCK {}; Accept: {}; CPU and RSS are of the server process tree, \"root proc\" of the server process alone (gantry's supervisor and gateway without its backends); ratios are to `direct` at the same N and P",
         cli.duration.as_secs_f64(),
         cli.warmup.as_secs_f64(),
         std::thread::available_parallelism().map_or(0, |n| n.get()),
+        env.generator_threads,
+        GENERATOR_SATURATED * 100.0,
         env.clk_tck,
         env.accept,
     );
@@ -1419,6 +1535,9 @@ struct Server {
     /// Held open so the direct server sees EOF (and exits) when the bench dies.
     stdin: Option<ChildStdin>,
     done: bool,
+    /// A server this one relays to that is not its child (`http` mode: the direct
+    /// server as Gantry's HTTP backend); its CPU and memory count as this one's.
+    companion: Option<Box<Server>>,
 }
 
 impl Server {
@@ -1457,6 +1576,7 @@ impl Server {
             log: log.clone(),
             stdin,
             done: false,
+            companion: None,
         };
         let stderr = server
             .child
