@@ -79,6 +79,11 @@ fn api_key(user: usize) -> String {
 
 /// The MCP protocol version the clients speak.
 const PROTOCOL: &str = "2025-11-25";
+/// The stateless era's version (`--era stateless`).
+const STATELESS_PROTOCOL: &str = "2026-07-28";
+/// What every stateless-era request carries in `params` (a trailing comma: more
+/// members follow).
+const STATELESS_META: &str = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"gantry-bench","version":"0"}},"#;
 /// Hard bound of one client's loop, whatever the duration.
 const MAX_CALLS_PER_CLIENT: u64 = 50_000_000;
 /// A client gives up after this many failed calls (every one is counted and reported).
@@ -146,6 +151,11 @@ struct Cli {
     /// reached its backends.
     #[arg(long, default_value = "echo", value_parser = ["echo", "list"])]
     op: String,
+    /// The clients' protocol era: `session` (initialize, then Mcp-Session-Id on every
+    /// request; 2025-11-25) or `stateless` (2026-07-28: no initialize, `_meta` and the
+    /// Mcp-Method / Mcp-Name headers on every request).
+    #[arg(long, default_value = "session", value_parser = ["session", "stateless"])]
+    era: String,
     /// Threads of the load generator (the clients run on them; 1: one core, a
     /// current-thread runtime). A row whose generator kept its threads ≥ 90 % busy
     /// gets no ratio: the generator, not the server, set its pace.
@@ -303,6 +313,8 @@ struct Env {
     redis: Option<Redis>,
     /// `--generator-threads`.
     generator_threads: usize,
+    /// `--era stateless`.
+    stateless: bool,
 }
 
 /// A redis-server on a loopback port, killed on drop.
@@ -393,6 +405,7 @@ async fn run(cli: Cli) -> Result<bool> {
             None
         },
         generator_threads: cli.generator_threads.max(1),
+        stateless: cli.era == "stateless",
     };
     let mut cells: Vec<(usize, usize, Target)> = Vec::new();
     for &n in &cli.clients {
@@ -898,9 +911,12 @@ async fn open_clients(env: &Env, url: &str, n: usize, per_user: bool) -> Result<
             if per_user {
                 c.api_key = Some(api_key(i / SESSIONS_PER_USER));
             }
-            c.initialize()
-                .await
-                .with_context(|| format!("client {i}: initialize"))?;
+            c.stateless = env.stateless;
+            if !c.stateless {
+                c.initialize()
+                    .await
+                    .with_context(|| format!("client {i}: initialize"))?;
+            }
             Ok::<_, anyhow::Error>(c)
         })
         .buffer_unordered(SETUP_CONCURRENCY)
@@ -944,6 +960,8 @@ struct McpClient {
     api_key: Option<String>,
     /// The measuring path's connection (raw hyper); `None`: reqwest (soak, idle).
     lean: Option<lean::LeanConn>,
+    /// 2026-07-28 era: no session; `_meta` and Mcp-* headers on every request.
+    stateless: bool,
 }
 
 /// The part of a JSON-RPC message the bench checks.
@@ -987,6 +1005,7 @@ impl McpClient {
             session: String::new(),
             api_key: None,
             lean: None,
+            stateless: false,
         })
     }
 
@@ -1000,6 +1019,16 @@ impl McpClient {
     /// POSTs one JSON-RPC message; returns status, session header and the messages
     /// of the body (one for JSON, every non-empty `data` for SSE).
     async fn post(&self, body: String) -> Result<(u16, Option<String>, Vec<String>)> {
+        self.post_named(body, None).await
+    }
+
+    /// [`Self::post`] of a request with this method and name (the stateless era's
+    /// Mcp-Method / Mcp-Name headers).
+    async fn post_named(
+        &self,
+        body: String,
+        named: Option<(&str, Option<&str>)>,
+    ) -> Result<(u16, Option<String>, Vec<String>)> {
         let Some(conn) = &self.lean else {
             return Self::read(self.send(body).await?).await;
         };
@@ -1011,6 +1040,15 @@ impl McpClient {
         if !self.session.is_empty() {
             headers.push(("mcp-session-id", &self.session));
             headers.push(("mcp-protocol-version", PROTOCOL));
+        }
+        if self.stateless {
+            headers.push(("mcp-protocol-version", STATELESS_PROTOCOL));
+            if let Some((method, name)) = named {
+                headers.push(("mcp-method", method));
+                if let Some(n) = name {
+                    headers.push(("mcp-name", n));
+                }
+            }
         }
         let a = conn.post(&headers, body).await?;
         Ok((a.status, a.session, Self::messages(a.sse, &a.body)?))
@@ -1098,10 +1136,13 @@ impl McpClient {
 
     /// Calls `echo` with `message` as JSON-RPC id `seq`; checks the answer exactly.
     async fn echo(&self, seq: u64, message: &str) -> Result<()> {
+        let meta = if self.stateless { STATELESS_META } else { "" };
         let body = format!(
-            r#"{{"jsonrpc":"2.0","id":{seq},"method":"tools/call","params":{{"name":"echo","arguments":{{"message":"{message}"}}}}}}"#
+            r#"{{"jsonrpc":"2.0","id":{seq},"method":"tools/call","params":{{{meta}"name":"echo","arguments":{{"message":"{message}"}}}}}}"#
         );
-        let (status, _, messages) = self.post(body).await?;
+        let (status, _, messages) = self
+            .post_named(body, Some(("tools/call", Some("echo"))))
+            .await?;
         if status != 200 {
             bail!("call {seq}: HTTP {status}: {}", clip(&messages.join(" ")));
         }
@@ -1151,8 +1192,15 @@ impl McpClient {
     /// `tools/list` as JSON-RPC id `seq`; checks it names `tools` tools, each with
     /// an input schema.
     async fn list(&self, seq: u64, tools: usize) -> Result<()> {
-        let body = format!(r#"{{"jsonrpc":"2.0","id":{seq},"method":"tools/list"}}"#);
-        let (status, _, messages) = self.post(body).await?;
+        let body = if self.stateless {
+            format!(
+                r#"{{"jsonrpc":"2.0","id":{seq},"method":"tools/list","params":{{{}}}}}"#,
+                STATELESS_META.trim_end_matches(',')
+            )
+        } else {
+            format!(r#"{{"jsonrpc":"2.0","id":{seq},"method":"tools/list"}}"#)
+        };
+        let (status, _, messages) = self.post_named(body, Some(("tools/list", None))).await?;
         if status != 200 {
             bail!("list {seq}: HTTP {status}: {}", clip(&messages.join(" ")));
         }
@@ -2094,14 +2142,33 @@ mod direct {
                 Some(sid),
             );
         }
-        let known = headers
-            .get("mcp-session-id")
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|s| lock(&sessions.live).contains(s));
+        // A stateless-era request (2026-07-28) needs no session; its results carry
+        // `resultType`.
+        let stateless = headers
+            .get("mcp-protocol-version")
+            .is_some_and(|v| v.as_bytes() == super::STATELESS_PROTOCOL.as_bytes());
+        let known = stateless
+            || headers
+                .get("mcp-session-id")
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|s| lock(&sessions.live).contains(s));
         if !known {
             return (StatusCode::NOT_FOUND, "unknown session").into_response();
         }
         match method {
+            "tools/call" if stateless => {
+                let text = msg
+                    .pointer("/params/arguments/message")
+                    .and_then(Value::as_str);
+                match text {
+                    Some(text) => json_response(
+                        json!({"jsonrpc":"2.0","id":id,"result":{"resultType":"complete",
+                            "content":[{"type":"text","text":text}],"isError":false}}),
+                        None,
+                    ),
+                    None => error(id, -32602, "only echo {message} is served here"),
+                }
+            }
             "tools/call" => {
                 let name = msg.pointer("/params/name").and_then(Value::as_str);
                 let text = msg
