@@ -1089,3 +1089,41 @@ async fn the_login_and_consent_pages_work_in_a_real_browser() {
     assert_eq!(r["mcp_status"], 200, "{r}");
     assert_eq!(r["csp_violations"], json!([]), "{r}");
 }
+
+/// Registrations are limited per client: behind a trusted proxy (`[limits]
+/// trusted_proxies`) the client is the `X-Forwarded-For` address, so one client
+/// flooding does not lock out the others behind the same proxy.
+#[tokio::test]
+async fn registrations_are_limited_per_client_behind_a_trusted_proxy() {
+    let dir = Scratch::new("builtin-reg-limit");
+    let g = gantry()
+        .section(&format!(
+            "[limits]\ntrusted_proxies = [\"127.0.0.1/32\"]\n{}",
+            builtin_dev(&dir.file("auth.db"), "registrations_per_hour = 2")
+        ))
+        .backend(example())
+        .start();
+    let http = reqwest::Client::new();
+    let reg = |from: &'static str| {
+        let http = http.clone();
+        let url = format!("{}/register", g.base);
+        async move {
+            http.post(url)
+                .header("x-forwarded-for", from)
+                .json(&json!({"redirect_uris": [REDIRECT], "token_endpoint_auth_method": "none"}))
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        }
+    };
+    assert_eq!(reg("203.0.113.5").await, 201);
+    assert_eq!(reg("203.0.113.5").await, 201);
+    assert_eq!(reg("203.0.113.5").await, 429, "the third from one client");
+    assert_eq!(
+        reg("203.0.113.6").await,
+        201,
+        "another client behind the proxy"
+    );
+}

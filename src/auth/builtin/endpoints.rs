@@ -79,12 +79,18 @@ async fn count(
     resp
 }
 
-/// The address of the connection (unspecified when unknown).
-fn peer(extensions: &axum::http::Extensions) -> std::net::IpAddr {
-    extensions
+/// Whom per-address limits count this request against (see `client_key`).
+fn peer(
+    s: &AuthServer,
+    extensions: &axum::http::Extensions,
+    headers: &HeaderMap,
+) -> std::net::IpAddr {
+    let addr = extensions
         .get::<ConnectInfo<SocketAddr>>()
         .map(|p| p.0.ip())
-        .unwrap_or(std::net::IpAddr::from([0, 0, 0, 0]))
+        .unwrap_or(std::net::IpAddr::from([0, 0, 0, 0]));
+    let forwarded = headers.get("x-forwarded-for").and_then(|v| v.to_str().ok());
+    super::client_key(&s.trusted, addr, forwarded)
 }
 
 fn slow_down(what: &str) -> Response {
@@ -275,7 +281,7 @@ async fn authorize(
     headers: HeaderMap,
     RawQuery(q): RawQuery,
 ) -> Response {
-    if !super::admit(&s.authorizations, peer(&extensions)) {
+    if !super::admit(&s.authorizations, peer(&s, &extensions, &headers)) {
         return slow_down("authorization requests");
     }
     let p = Params::parse(q.unwrap_or_default().as_bytes());
@@ -536,7 +542,7 @@ async fn login(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    if !super::admit(&s.logins, peer(&extensions)) {
+    if !super::admit(&s.logins, peer(&s, &extensions, &headers)) {
         return slow_down("login attempts");
     }
     let f = Params::parse(&body);
@@ -1184,9 +1190,10 @@ async fn access_grant(s: &AuthServer, token: &str, client_id: &str) -> Option<St
 async fn register(
     State(s): State<Arc<AuthServer>>,
     extensions: axum::http::Extensions,
+    headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    if !super::admit(&s.registrations, peer(&extensions)) {
+    if !super::admit(&s.registrations, peer(&s, &extensions, &headers)) {
         let mut r = oauth_error(
             StatusCode::TOO_MANY_REQUESTS,
             "too_many_requests",

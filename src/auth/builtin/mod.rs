@@ -62,6 +62,35 @@ const LOGINS_PER_MINUTE: NonZeroU32 = match NonZeroU32::new(10) {
 /// A per-address limiter forgets quiet addresses once it holds this many.
 const MAX_LIMITER_KEYS: usize = 10_000;
 
+/// Whom a per-address limit counts a request against: the connection's address, or
+/// from a trusted proxy the right-most `X-Forwarded-For` address that is not one; an
+/// IPv6 client by its /64 (which one host can fill at will).
+fn client_key(trusted: &[crate::limits::Cidr], peer: IpAddr, forwarded: Option<&str>) -> IpAddr {
+    let mut ip = peer;
+    if trusted.iter().any(|c| c.contains(peer)) {
+        for hop in forwarded.unwrap_or_default().rsplit(',') {
+            match hop.trim().parse::<IpAddr>() {
+                Ok(h) if trusted.iter().any(|c| c.contains(h)) => continue,
+                Ok(h) => {
+                    ip = h;
+                    break;
+                }
+                Err(_) => break,
+            }
+        }
+    }
+    match ip {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let bits = u128::from(v6) & !((1u128 << 64) - 1);
+                IpAddr::V6(std::net::Ipv6Addr::from(bits))
+            }
+        },
+        v4 => v4,
+    }
+}
+
 /// Whether `ip` may go on under `limiter` (which forgets quiet addresses when full).
 fn admit(limiter: &governor::DefaultKeyedRateLimiter<IpAddr>, ip: IpAddr) -> bool {
     if limiter.len() >= MAX_LIMITER_KEYS {
@@ -217,6 +246,8 @@ pub struct AuthServer {
     secure: bool,
     /// Counters for `/metrics`.
     pub stats: Stats,
+    /// `[limits] trusted_proxies`: whose `X-Forwarded-For` names the client.
+    trusted: Vec<crate::limits::Cidr>,
 }
 
 impl std::fmt::Debug for AuthServer {
@@ -330,6 +361,12 @@ impl AuthServer {
             ),
             live: DashMap::new(),
             stats: Stats::default(),
+            trusted: cfg
+                .limits
+                .trusted_proxies
+                .iter()
+                .filter_map(|c| crate::limits::Cidr::parse(c))
+                .collect(),
             cfg: b,
         }))
     }
@@ -600,6 +637,35 @@ mod tests {
         assert!(!pkce_ok(v, "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cN"));
         assert!(!pkce_ok("short", "x"));
         assert!(!pkce_ok(&format!("{v}!"), "x"));
+    }
+
+    #[test]
+    fn limits_count_the_client_behind_trusted_proxies_and_ipv6_by_64() {
+        let trusted = vec![crate::limits::Cidr::parse("10.0.0.0/8").unwrap()];
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert_eq!(
+            client_key(&trusted, ip("10.1.1.1"), Some("203.0.113.5, 10.2.2.2")),
+            ip("203.0.113.5")
+        );
+        assert_eq!(
+            client_key(&[], ip("10.1.1.1"), Some("203.0.113.5")),
+            ip("10.1.1.1"),
+            "no trust, no header"
+        );
+        assert_eq!(
+            client_key(&trusted, ip("198.51.100.1"), Some("203.0.113.5")),
+            ip("198.51.100.1"),
+            "an untrusted peer's header is ignored"
+        );
+        assert_eq!(client_key(&trusted, ip("10.1.1.1"), None), ip("10.1.1.1"));
+        assert_eq!(
+            client_key(&[], ip("2001:db8:1:2:3:4:5:6"), None),
+            ip("2001:db8:1:2::")
+        );
+        assert_eq!(
+            client_key(&[], ip("::ffff:192.0.2.1"), None),
+            ip("192.0.2.1")
+        );
     }
 
     #[test]
