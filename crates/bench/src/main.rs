@@ -161,6 +161,10 @@ struct Cli {
     /// gets no ratio: the generator, not the server, set its pace.
     #[arg(long, default_value_t = 1, value_name = "N")]
     generator_threads: usize,
+    /// Rounds of the whole matrix (interleaved: every cell once per round); each row
+    /// reports the round with the median calls/s and the range over all rounds.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    rounds: usize,
     /// Internal: run the direct MCP server (prints its URL on stderr).
     #[arg(long, hide = true)]
     serve_direct: bool,
@@ -430,12 +434,16 @@ async fn run(cli: Cli) -> Result<bool> {
         "gantry-bench: at least {} of load in total",
         humantime::format_duration(per_cell.mul_f64(cells.len() as f64))
     );
-    let mut results = Vec::with_capacity(cells.len());
-    for (i, &(n, p, target)) in cells.iter().enumerate() {
+    let rounds = cli.rounds.max(1);
+    let mut by_cell: Vec<Vec<CellResult>> = (0..cells.len()).map(|_| Vec::new()).collect();
+    for (step, i) in (0..rounds).flat_map(|_| 0..cells.len()).enumerate() {
+        let Some(&(n, p, target)) = cells.get(i) else {
+            continue;
+        };
         eprint!(
             "[{}/{}] {:<11} N={n:<4} P={p:<6} ",
-            i + 1,
-            cells.len(),
+            step + 1,
+            cells.len() * rounds,
             target.name()
         );
         let r = measure(&env, target, n, p, cli.warmup, cli.duration).await;
@@ -463,8 +471,11 @@ async fn run(cli: Cli) -> Result<bool> {
         if let Some(w) = &r.first_warning {
             eprintln!("    server logged {} warning(s); first: {w}", r.warnings);
         }
-        results.push(r);
+        if let Some(c) = by_cell.get_mut(i) {
+            c.push(r);
+        }
     }
+    let results: Vec<CellResult> = by_cell.into_iter().filter_map(median_round).collect();
     let idle = if cli.idle_sessions > 0 {
         eprintln!(
             "idle sessions: opening {} against gantry (shared)",
@@ -521,6 +532,8 @@ struct CellResult {
     /// `catalog` mode: `tools/list` requests its backends answered during the cell
     /// (set-up and warm-up included).
     backend_lists: Option<u64>,
+    /// `--rounds` > 1: the lowest and highest calls/s over the rounds.
+    range: Option<(f64, f64)>,
 }
 
 impl CellResult {
@@ -546,6 +559,7 @@ impl CellResult {
             first_warning: None,
             failed: None,
             backend_lists: None,
+            range: None,
         }
     }
 
@@ -577,6 +591,25 @@ impl CellResult {
             .filter(|_| self.calls > 0)
             .map(|t| t / self.calls as f64)
     }
+}
+
+/// The round of one cell with the median calls/s (a failed round counts as the
+/// slowest), carrying the range of calls/s over all its rounds.
+fn median_round(mut rounds: Vec<CellResult>) -> Option<CellResult> {
+    let rate = |r: &CellResult| if r.failed.is_some() { -1.0 } else { r.rate() };
+    rounds.sort_by(|a, b| rate(a).total_cmp(&rate(b)));
+    let range = (
+        rounds.first().map_or(0.0, rate).max(0.0),
+        rounds.last().map_or(0.0, rate).max(0.0),
+    );
+    let count = rounds.len();
+    let errors: u64 = rounds.iter().map(|r| r.errors).sum();
+    let mut median = rounds.into_iter().nth(count / 2)?;
+    median.errors = errors;
+    if count > 1 {
+        median.range = Some(range);
+    }
+    Some(median)
 }
 
 async fn measure(
@@ -1439,13 +1472,16 @@ fn report(
             r.clients.to_string(),
             r.payload.to_string(),
             format!(
-                "{:.0}{}",
+                "{:.0}{}{}",
                 r.rate(),
                 if gen_bound {
                     " (generator-bound)".to_owned()
                 } else {
                     fmt_ratio(r.rate(), base.map(CellResult::rate))
-                }
+                },
+                r.range
+                    .map(|(lo, hi)| format!(" [{lo:.0}–{hi:.0}]"))
+                    .unwrap_or_default()
             ),
             format!(
                 "{}{}",
@@ -1479,7 +1515,15 @@ fn report(
     }
     let mut out = String::new();
     let about = format!(
-        "{} s measured after {} s warm-up per row; {} CPUs; load generator on {} thread(s) (\"bench busy\": the share of them it kept busy; at ≥ {:.0} % the row is generator-bound and gets no ratios); CLK_TCK {}; Accept: {}; CPU and RSS are of the server process tree, \"root proc\" of the server process alone (gantry's supervisor and gateway without its backends); ratios are to `direct` at the same N and P",
+        "{}{} s measured after {} s warm-up per row; {} CPUs; load generator on {} thread(s) (\"bench busy\": the share of them it kept busy; at ≥ {:.0} % the row is generator-bound and gets no ratios); CLK_TCK {}; Accept: {}; CPU and RSS are of the server process tree, \"root proc\" of the server process alone (gantry's supervisor and gateway without its backends); ratios are to `direct` at the same N and P",
+        if cli.rounds > 1 {
+            format!(
+                "median of {} interleaved rounds (the round with the median calls/s; [range] of calls/s over the rounds); ",
+                cli.rounds
+            )
+        } else {
+            String::new()
+        },
         cli.duration.as_secs_f64(),
         cli.warmup.as_secs_f64(),
         std::thread::available_parallelism().map_or(0, |n| n.get()),
