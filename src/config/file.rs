@@ -1100,6 +1100,29 @@ pub struct HttpConfig {
     /// (client credentials): its token goes in `Authorization` on every request.
     #[serde(default)]
     pub oauth: Option<BackendOAuthConfig>,
+    /// Extra CA certificates (PEM) an https backend's certificate may chain to,
+    /// beside the web PKI roots (an internal CA, a cluster's own).
+    #[serde(default)]
+    pub ca_file: Option<std::path::PathBuf>,
+    /// The HTTP version: `auto` (HTTP/2 when an https backend offers it, else
+    /// HTTP/1.1), `"1.1"`, or `"2"` (also over plain http: prior knowledge).
+    #[serde(default)]
+    pub version: HttpVersion,
+}
+
+/// `http.version`.
+#[derive(Debug, Deserialize, serde::Serialize, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HttpVersion {
+    /// HTTP/2 when the server agrees over TLS (ALPN), else HTTP/1.1.
+    #[default]
+    #[serde(rename = "auto")]
+    Auto,
+    /// HTTP/1.1 only.
+    #[serde(rename = "1.1")]
+    Http1,
+    /// HTTP/2 only (prior knowledge over plain TCP; required over TLS).
+    #[serde(rename = "2")]
+    Http2,
 }
 
 /// OAuth 2.1 client credentials for an HTTP backend.

@@ -174,6 +174,11 @@ impl ConfigFile {
                         )),
                         Err(e) => problems.push(format!("{key}.http.url: `{}`: {e}", h.url)),
                     }
+                    if let Some(ca) = &h.ca_file {
+                        if let Err(e) = load_ca_file(ca) {
+                            problems.push(format!("{key}.{e}"));
+                        }
+                    }
                     for (k, v) in h.headers.iter_mut() {
                         if http::HeaderName::from_bytes(k.as_bytes()).is_err() {
                             problems
@@ -678,6 +683,23 @@ pub fn stdio_backend(name: &str, command_line: &str) -> Result<BackendConfig, St
     })
 }
 
+/// The CA certificates (PEM) of an HTTP backend's `ca_file`.
+pub fn load_ca_file(
+    path: &std::path::Path,
+) -> Result<Vec<rustls_pki_types::CertificateDer<'static>>, String> {
+    use rustls_pki_types::pem::PemObject as _;
+    let certs = rustls_pki_types::CertificateDer::pem_file_iter(path)
+        .and_then(|it| it.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| format!("http.ca_file: {}: {e}", path.display()))?;
+    if certs.is_empty() {
+        return Err(format!(
+            "http.ca_file: {}: no CERTIFICATE in the file",
+            path.display()
+        ));
+    }
+    Ok(certs)
+}
+
 /// A backend made from `--http URL`.
 pub fn http_backend(name: &str, url: &str) -> BackendConfig {
     BackendConfig {
@@ -685,6 +707,8 @@ pub fn http_backend(name: &str, url: &str) -> BackendConfig {
             url: url.to_owned(),
             headers: BTreeMap::new(),
             oauth: None,
+            ca_file: None,
+            version: Default::default(),
         }),
         ..backend_defaults(name)
     }

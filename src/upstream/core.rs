@@ -122,6 +122,10 @@ pub(crate) struct Core {
     /// task itself (no hop through the writer task); other messages go through `out`.
     pub stdin: tokio::sync::Mutex<Option<StdinSlot>>,
     pub(super) direct: bool,
+    /// HTTP only: the live incarnation's session. Requests are POSTed by the calling
+    /// task itself (no hop through the connection task, no task per POST); other
+    /// messages go through `out`.
+    pub(super) http: parking_lot::RwLock<Option<(u64, Arc<super::http::Session>)>>,
     /// Stateless-era backends: the resources clients subscribed to (the backend's
     /// `subscriptions/listen` asks for their updates), and a nudge when they change.
     pub(super) listen_uris: Mutex<std::collections::BTreeSet<String>>,
@@ -365,40 +369,73 @@ impl Core {
                     })
                 }
             }
-        } else if self
-            .out
-            .send(Outgoing {
-                gen,
-                line,
-                request_id: Some(id),
-                headers,
-            })
-            .await
-            .is_err()
-        {
-            return Err(UpstreamError::Closed {
-                backend: self.name.clone(),
-            });
         }
+        let msg = Outgoing {
+            gen,
+            line,
+            request_id: Some(id),
+            headers,
+        };
+        // An HTTP backend's POST runs here, beside the wait for its answer: what it
+        // relays (progress, requests, the response) reaches the pending table as it
+        // comes; an answer, a timeout or a cancellation ends it (closing its stream).
+        let session = if self.direct {
+            None
+        } else {
+            self.http_session(gen)
+        };
+        let mut posted = session.is_none();
+        let post = match session {
+            Some(s) => Some(s.post(msg)),
+            None if self.direct => None,
+            None => {
+                if self.out.send(msg).await.is_err() {
+                    return Err(UpstreamError::Closed {
+                        backend: self.name.clone(),
+                    });
+                }
+                None
+            }
+        };
+        let mut post = std::pin::pin!(async move {
+            match post {
+                Some(p) => p.await,
+                None => std::future::pending().await,
+            }
+        });
         let mut guard = guard;
-        tokio::select! {
-            r = rx => {
-                guard.disarm();
-                r.unwrap_or_else(|_| Err(UpstreamError::Crashed {
-                    backend: self.name.clone(),
-                    reason: "connection lost".into(),
-                }))
+        let mut rx = rx;
+        let sleep = tokio::time::sleep(timeout);
+        tokio::pin!(sleep);
+        loop {
+            tokio::select! {
+                r = &mut rx => {
+                    guard.disarm();
+                    return r.unwrap_or_else(|_| Err(UpstreamError::Crashed {
+                        backend: self.name.clone(),
+                        reason: "connection lost".into(),
+                    }));
+                }
+                () = &mut post, if !posted => posted = true,
+                _ = &mut sleep => {
+                    guard.reason = "timeout";
+                    drop(guard);
+                    return Err(UpstreamError::Timeout { backend: self.name.clone(), after: timeout });
+                }
+                _ = cancel.cancelled() => {
+                    guard.reason = "cancelled by the client";
+                    drop(guard);
+                    return Err(UpstreamError::Cancelled);
+                }
             }
-            _ = tokio::time::sleep(timeout) => {
-                guard.reason = "timeout";
-                drop(guard);
-                Err(UpstreamError::Timeout { backend: self.name.clone(), after: timeout })
-            }
-            _ = cancel.cancelled() => {
-                guard.reason = "cancelled by the client";
-                drop(guard);
-                Err(UpstreamError::Cancelled)
-            }
+        }
+    }
+
+    /// The live HTTP session of incarnation `gen`, if this is an HTTP backend.
+    fn http_session(&self, gen: u64) -> Option<Arc<super::http::Session>> {
+        match &*self.http.read() {
+            Some((g, s)) if *g == gen => Some(s.clone()),
+            _ => None,
         }
     }
 

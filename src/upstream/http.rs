@@ -8,14 +8,17 @@
 //! A 404 on a request with a session id means the backend session expired: in-flight
 //! requests fail and the connection re-initializes.
 
+use super::client::{read_body, Client, ClientError, Lease};
 use super::core::{Core, Outgoing, State};
 use super::handshake::handshake;
 use super::supervise::Transport;
-use crate::bounded::read_bounded;
 use crate::config::{HttpConfig, RestartConfig};
 use crate::jsonrpc::{Incoming, Notification};
 use crate::sse;
-use futures::StreamExt;
+use bytes::Bytes;
+use http::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE};
+use http::{Method, StatusCode};
+use http_body_util::BodyExt as _;
 use parking_lot::RwLock;
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,18 +29,29 @@ use tokio_util::sync::CancellationToken;
 const MAX_RESUMES: u32 = 5;
 /// Reconnect delay when the server gave no `retry`.
 const DEFAULT_RETRY: Duration = Duration::from_secs(1);
+/// How long a backend may take to connect when none is configured.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+const JSON: HeaderValue = HeaderValue::from_static("application/json");
+const JSON_OR_SSE: HeaderValue = HeaderValue::from_static("application/json, text/event-stream");
+const SSE: HeaderValue = HeaderValue::from_static("text/event-stream");
+const SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
+const PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
+const LAST_EVENT_ID: HeaderName = HeaderName::from_static("last-event-id");
 
 /// One backend HTTP session (one incarnation).
-struct Session {
+pub(super) struct Session {
     core: Arc<Core>,
     gen: u64,
-    client: reqwest::Client,
-    url: reqwest::Url,
-    headers: reqwest::header::HeaderMap,
+    client: Arc<Client>,
+    /// The backend's URL, for messages.
+    url: String,
+    /// The configured `http.headers`.
+    headers: HeaderMap,
     /// Gantry's own token for the backend (`http.oauth`).
     creds: Option<Arc<super::credentials::ClientCredentials>>,
-    id: RwLock<Option<String>>,
-    version: RwLock<Option<String>>,
+    id: RwLock<Option<HeaderValue>>,
+    version: RwLock<Option<HeaderValue>>,
     /// Cancelled when the backend says the session is gone.
     expired: CancellationToken,
     /// The backend speaks the stateless era: no session, per-request headers, and a
@@ -56,72 +70,95 @@ fn write<T>(l: &RwLock<Option<T>>, v: T) {
 }
 
 impl Session {
-    /// A request with the session's headers and, with `http.oauth`, Gantry's token
-    /// (a token that cannot be had is logged; the backend's 401 says the rest).
-    async fn request(&self, method: reqwest::Method) -> reqwest::RequestBuilder {
-        let mut rb = self
-            .client
-            .request(method, self.url.clone())
-            .headers(self.headers.clone());
+    /// The session's headers: the configured ones, the session id and protocol
+    /// version once known.
+    fn headers(&self) -> HeaderMap {
+        let mut h = self.headers.clone();
+        if let Some(id) = read(&self.id) {
+            h.insert(SESSION_ID, id);
+        }
+        if let Some(v) = read(&self.version) {
+            h.insert(PROTOCOL_VERSION, v);
+        }
+        h
+    }
+
+    /// Sends one request, with Gantry's token when `http.oauth` is set (a token that
+    /// cannot be had is logged; the backend's 401 says the rest). The response's
+    /// headers must come within the request timeout.
+    async fn exchange(
+        &self,
+        method: Method,
+        mut headers: HeaderMap,
+        body: Bytes,
+    ) -> Result<(http::Response<hyper::body::Incoming>, Lease), ClientError> {
         if let Some(c) = &self.creds {
             match c.bearer().await {
-                Ok(t) => rb = rb.bearer_auth(t),
+                Ok(t) => match HeaderValue::from_str(&format!("Bearer {t}")) {
+                    Ok(v) => {
+                        headers.insert(AUTHORIZATION, v);
+                    }
+                    Err(_) => {
+                        tracing::warn!(backend = %self.core.name, "the backend's access token is not a valid header value")
+                    }
+                },
                 Err(e) => {
                     tracing::warn!(backend = %self.core.name, error = %e, "no access token for the backend")
                 }
             }
         }
-        if let Some(id) = read(&self.id) {
-            rb = rb.header("mcp-session-id", id);
-        }
-        if let Some(v) = read(&self.version) {
-            rb = rb.header("mcp-protocol-version", v);
-        }
-        rb
+        let after = self.core.request_timeout;
+        tokio::time::timeout(after, self.client.send(method, headers, body))
+            .await
+            .unwrap_or(Err(ClientError::Http(format!(
+                "no response within {}",
+                crate::telemetry::human(after)
+            ))))
     }
 
-    fn remember_session_id(&self, resp: &reqwest::Response) {
+    fn remember_session_id(&self, resp: &http::Response<hyper::body::Incoming>) {
         if read(&self.id).is_none() {
             if let Some(id) = resp
                 .headers()
-                .get("mcp-session-id")
-                .and_then(|v| v.to_str().ok())
-                .filter(|v| !v.is_empty() && v.bytes().all(|b| (0x21..=0x7e).contains(&b)))
+                .get(SESSION_ID)
+                .filter(|v| !v.is_empty() && v.as_bytes().iter().all(|b| (0x21..=0x7e).contains(b)))
             {
-                write(&self.id, id.to_owned());
+                write(&self.id, id.clone());
             }
         }
     }
 
     /// The headers of the stateless era for one outgoing message (also used for the
     /// `server/discover` probe, before the era is known).
-    fn stateless_headers(
-        &self,
-        rb: reqwest::RequestBuilder,
-        line: &str,
-    ) -> reqwest::RequestBuilder {
+    fn stateless_headers(&self, h: &mut HeaderMap, line: &str) {
         let stateless = self.stateless.load(std::sync::atomic::Ordering::Relaxed);
         // Session-era traffic is not parsed here (only the era probe gets headers).
         if !stateless && !line.contains("\"server/discover\"") {
-            return rb;
+            return;
         }
         let Ok(crate::jsonrpc::Message::Request(r)) =
             crate::jsonrpc::Message::parse(line.as_bytes())
         else {
-            return rb;
+            return;
         };
         if !stateless && r.method != "server/discover" {
-            return rb;
+            return;
         }
-        let mut rb = rb.header("mcp-method", r.method.as_str());
+        if let Ok(v) = HeaderValue::from_str(&r.method) {
+            h.insert(HeaderName::from_static("mcp-method"), v);
+        }
         if !stateless {
-            rb = rb.header("mcp-protocol-version", crate::mcp::STATELESS_VERSION);
+            h.insert(
+                PROTOCOL_VERSION,
+                HeaderValue::from_static(crate::mcp::STATELESS_VERSION),
+            );
         }
         let field = crate::mcp::header::name_field(&r.method);
         if let Some(v) = field.and_then(|f| crate::jsonrpc::string_field(r.params.as_deref(), f)) {
-            rb = rb.header("mcp-name", crate::mcp::header::encode(&v));
+            if let Ok(v) = HeaderValue::from_str(&crate::mcp::header::encode(&v)) {
+                h.insert(HeaderName::from_static("mcp-name"), v);
+            }
         }
-        rb
     }
 
     /// Stateless era: cancelling a request closes its response stream.
@@ -151,57 +188,73 @@ impl Session {
         true
     }
 
-    /// Sends one message as a POST.
-    async fn send_post(&self, msg: &Outgoing) -> reqwest::Result<reqwest::Response> {
-        let mut rb = self.stateless_headers(self.request(reqwest::Method::POST).await, &msg.line);
-        for (k, v) in &msg.headers {
-            rb = rb.header(k.as_str(), v.as_str());
-        }
-        rb.header(reqwest::header::CONTENT_TYPE, "application/json")
-            .header(
-                reqwest::header::ACCEPT,
-                "application/json, text/event-stream",
-            )
-            .body(msg.line.clone())
-            .send()
-            .await
-            .inspect(|_| self.core.stats.bytes(false, msg.line.len()))
-    }
-
     /// POSTs one message and relays whatever comes back.
-    async fn post(self: Arc<Self>, msg: Outgoing) {
+    pub(super) async fn post(self: Arc<Self>, msg: Outgoing) {
+        let Outgoing {
+            line,
+            request_id,
+            headers: extra,
+            ..
+        } = msg;
         let fail = |reason: String| {
-            if let Some(id) = msg.request_id {
+            if let Some(id) = request_id {
                 self.core.fail_one(id, reason);
             }
         };
         let had_session = read(&self.id).is_some();
-        let mut resp = self.send_post(&msg).await;
-        // A 401 with Gantry's own token: fetched anew, sent once more.
-        if let (Some(c), Ok(r)) = (&self.creds, &resp) {
-            if r.status() == reqwest::StatusCode::UNAUTHORIZED {
-                c.refused().await;
-                resp = self.send_post(&msg).await;
+        let mut headers = self.headers();
+        self.stateless_headers(&mut headers, &line);
+        for (k, v) in &extra {
+            if let (Ok(k), Ok(v)) = (
+                HeaderName::from_bytes(k.as_bytes()),
+                HeaderValue::from_str(v),
+            ) {
+                headers.append(k, v);
             }
         }
-        let resp = match resp {
+        headers.insert(CONTENT_TYPE, JSON);
+        headers.insert(ACCEPT, JSON_OR_SSE);
+        let len = line.len();
+        let body = Bytes::from(line);
+        let retry_headers = self.creds.as_ref().map(|_| headers.clone());
+        let mut resp = self.exchange(Method::POST, headers, body.clone()).await;
+        // A 401 with Gantry's own token: fetched anew, sent once more.
+        if let (Some(c), Some(h), Ok((r, _))) = (&self.creds, retry_headers, &resp) {
+            if r.status() == StatusCode::UNAUTHORIZED {
+                c.refused().await;
+                resp = self.exchange(Method::POST, h, body).await;
+            }
+        }
+        let (resp, lease) = match resp {
             Ok(r) => r,
             Err(e) => return fail(format!("cannot reach {}: {e}", self.url)),
         };
+        self.core.stats.bytes(false, len);
         self.remember_session_id(&resp);
         let status = resp.status();
-        if status == reqwest::StatusCode::NOT_FOUND && had_session {
+        if status == StatusCode::NOT_FOUND && had_session {
             self.expired.cancel();
             return fail("the backend session expired; reconnecting".into());
         }
+        let ctype = resp
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_ascii_lowercase();
+        let body = resp.into_body();
         if !status.is_success() {
-            let body = read_bounded(resp, self.core.max_message_bytes)
-                .await
-                .unwrap_or_default();
+            let body = match read_body(body, self.core.max_message_bytes).await {
+                Ok(b) => {
+                    self.client.release(lease);
+                    b
+                }
+                Err(_) => Bytes::new(),
+            };
             // A JSON-RPC error answering this very request (the stateless era puts
             // -32020 … -32022 on a 400, -32601 on a 404) is the backend's answer.
             if let (Some(id), Ok(crate::jsonrpc::Message::Response(r))) =
-                (msg.request_id, crate::jsonrpc::Message::parse(&body))
+                (request_id, crate::jsonrpc::Message::parse(&body))
             {
                 if r.outcome.is_err()
                     && r.id.as_ref().and_then(crate::jsonrpc::RequestId::as_u64) == Some(id)
@@ -216,24 +269,28 @@ impl Session {
             let body: String = String::from_utf8_lossy(&body).chars().take(300).collect();
             return fail(format!("HTTP {status}: {body}"));
         }
-        if status == reqwest::StatusCode::ACCEPTED || status == reqwest::StatusCode::NO_CONTENT {
+        if status == StatusCode::ACCEPTED || status == StatusCode::NO_CONTENT {
+            if read_body(body, self.core.max_message_bytes).await.is_ok() {
+                self.client.release(lease);
+            }
             return;
         }
-        let ctype = resp
-            .headers()
-            .get(reqwest::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-            .to_ascii_lowercase();
         if ctype.starts_with("text/event-stream") {
             let mut last_id = None;
             let mut retry = DEFAULT_RETRY;
-            self.read_stream(resp, msg.request_id, &mut last_id, &mut retry)
-                .await;
-            self.resume(msg.request_id, last_id, retry).await;
+            if self
+                .read_stream(body, request_id, &mut last_id, &mut retry)
+                .await
+            {
+                self.client.release(lease);
+            }
+            self.resume(request_id, last_id, retry).await;
         } else if ctype.starts_with("application/json") {
-            match read_bounded(resp, self.core.max_message_bytes).await {
-                Ok(body) => self.relay(&body, msg.request_id),
+            match read_body(body, self.core.max_message_bytes).await {
+                Ok(body) => {
+                    self.client.release(lease);
+                    self.relay(&body, request_id);
+                }
                 Err(e) => fail(e),
             }
         } else {
@@ -259,27 +316,37 @@ impl Session {
         }
     }
 
-    /// Reads an SSE response to its end, relaying each message.
+    /// Reads an SSE response to its end, relaying each message; true when it
+    /// ended as the server closed it (its connection can be reused).
     async fn read_stream(
         &self,
-        resp: reqwest::Response,
+        mut body: hyper::body::Incoming,
         related: Option<u64>,
         last_id: &mut Option<String>,
         retry: &mut Duration,
-    ) {
+    ) -> bool {
         let mut parser = sse::Parser::new(self.core.max_message_bytes);
-        let mut body = resp.bytes_stream();
         loop {
-            let chunk = tokio::select! {
-                c = body.next() => c,
-                _ = self.expired.cancelled() => return,
+            let frame = tokio::select! {
+                f = body.frame() => f,
+                _ = self.expired.cancelled() => return false,
             };
-            let Some(Ok(chunk)) = chunk else { return };
+            let chunk = match frame {
+                None => return true,
+                Some(Err(e)) => {
+                    tracing::debug!(backend = %self.core.name, error = %e, "backend SSE stream broke");
+                    return false;
+                }
+                Some(Ok(f)) => match f.into_data() {
+                    Ok(d) => d,
+                    Err(_) => continue,
+                },
+            };
             let events = match parser.feed(&chunk) {
                 Ok(evs) => evs,
                 Err(e) => {
                     tracing::warn!(backend = %self.core.name, error = %e, "backend SSE stream dropped");
-                    return;
+                    return false;
                 }
             };
             for ev in events {
@@ -295,6 +362,19 @@ impl Session {
                 self.relay(ev.data.as_bytes(), related);
             }
         }
+    }
+
+    /// A GET for an SSE stream (resumed from `last_id`).
+    async fn get_stream(
+        &self,
+        last_id: Option<&str>,
+    ) -> Result<(http::Response<hyper::body::Incoming>, Lease), ClientError> {
+        let mut h = self.headers();
+        h.insert(ACCEPT, SSE);
+        if let Some(v) = last_id.and_then(|id| HeaderValue::from_str(id).ok()) {
+            h.insert(LAST_EVENT_ID, v);
+        }
+        self.exchange(Method::GET, h, Bytes::new()).await
     }
 
     /// Resumes a POST stream that ended before the response to `related` arrived.
@@ -316,19 +396,16 @@ impl Session {
                 );
             }
             tokio::time::sleep(retry).await;
-            let resp = self
-                .request(reqwest::Method::GET)
-                .await
-                .header(reqwest::header::ACCEPT, "text/event-stream")
-                .header("last-event-id", event_id)
-                .send()
-                .await;
-            match resp {
-                Ok(r) if r.status().is_success() => {
-                    self.read_stream(r, Some(id), &mut last_id, &mut retry)
-                        .await;
+            match self.get_stream(Some(&event_id)).await {
+                Ok((r, lease)) if r.status().is_success() => {
+                    if self
+                        .read_stream(r.into_body(), Some(id), &mut last_id, &mut retry)
+                        .await
+                    {
+                        self.client.release(lease);
+                    }
                 }
-                Ok(r) => {
+                Ok((r, _)) => {
                     return self.core.fail_one(
                         id,
                         format!("resuming the response stream failed: HTTP {}", r.status()),
@@ -347,28 +424,26 @@ impl Session {
         let mut retry = DEFAULT_RETRY;
         let mut failures = 0u32;
         while !self.expired.is_cancelled() {
-            let mut rb = self
-                .request(reqwest::Method::GET)
-                .await
-                .header(reqwest::header::ACCEPT, "text/event-stream");
-            if let Some(id) = &last_id {
-                rb = rb.header("last-event-id", id.clone());
-            }
             let resp = tokio::select! {
-                r = rb.send() => r,
+                r = self.get_stream(last_id.as_deref()) => r,
                 _ = self.expired.cancelled() => return,
             };
             match resp {
-                Ok(r) if r.status() == reqwest::StatusCode::METHOD_NOT_ALLOWED => return,
-                Ok(r) if r.status() == reqwest::StatusCode::NOT_FOUND => {
+                Ok((r, _)) if r.status() == StatusCode::METHOD_NOT_ALLOWED => return,
+                Ok((r, _)) if r.status() == StatusCode::NOT_FOUND => {
                     self.expired.cancel();
                     return;
                 }
-                Ok(r) if r.status().is_success() => {
+                Ok((r, lease)) if r.status().is_success() => {
                     failures = 0;
-                    self.read_stream(r, None, &mut last_id, &mut retry).await;
+                    if self
+                        .read_stream(r.into_body(), None, &mut last_id, &mut retry)
+                        .await
+                    {
+                        self.client.release(lease);
+                    }
                 }
-                Ok(r) => {
+                Ok((r, _)) => {
                     failures += 1;
                     tracing::debug!(backend = %self.core.name, status = %r.status(), "GET stream refused");
                 }
@@ -393,7 +468,7 @@ impl Session {
         }
         let _ = tokio::time::timeout(
             Duration::from_secs(2),
-            self.request(reqwest::Method::DELETE).await.send(),
+            self.exchange(Method::DELETE, self.headers(), Bytes::new()),
         )
         .await;
     }
@@ -407,37 +482,34 @@ pub(super) async fn supervise(
     out_rx: mpsc::Receiver<Outgoing>,
     shutdown: CancellationToken,
 ) {
-    let url = match reqwest::Url::parse(&cfg.url) {
-        Ok(u) => u,
-        Err(e) => {
-            let _ = core.state.send_replace(State::Failed {
-                reason: format!("invalid url: {e}"),
-            });
+    let extra_ca = match cfg
+        .ca_file
+        .as_deref()
+        .map(crate::config::load_ca_file)
+        .transpose()
+    {
+        Ok(ca) => ca.unwrap_or_default(),
+        Err(reason) => {
+            let _ = core.state.send_replace(State::Failed { reason });
             return;
         }
     };
-    let mut headers = reqwest::header::HeaderMap::new();
+    let client = match Client::new(&cfg.url, cfg.version, &extra_ca, CONNECT_TIMEOUT) {
+        Ok(c) => Arc::new(c),
+        Err(reason) => {
+            let _ = core.state.send_replace(State::Failed { reason });
+            return;
+        }
+    };
+    let mut headers = HeaderMap::new();
     for (k, v) in &cfg.headers {
         if let (Ok(k), Ok(v)) = (
-            reqwest::header::HeaderName::from_bytes(k.as_bytes()),
-            reqwest::header::HeaderValue::from_str(v),
+            HeaderName::from_bytes(k.as_bytes()),
+            HeaderValue::from_str(v),
         ) {
             headers.insert(k, v);
         }
     }
-    let client = match reqwest::Client::builder()
-        .connect_timeout(Duration::from_secs(10))
-        .pool_idle_timeout(Duration::from_secs(60))
-        .build()
-    {
-        Ok(c) => c,
-        Err(e) => {
-            let _ = core.state.send_replace(State::Failed {
-                reason: format!("cannot build HTTP client: {e}"),
-            });
-            return;
-        }
-    };
     let creds = match cfg
         .oauth
         .as_ref()
@@ -452,7 +524,7 @@ pub(super) async fn supervise(
     };
     let transport = Http {
         client,
-        url,
+        url: cfg.url.clone(),
         headers,
         creds,
     };
@@ -461,9 +533,9 @@ pub(super) async fn supervise(
 
 /// The Streamable HTTP transport: each incarnation is one backend session.
 struct Http {
-    client: reqwest::Client,
-    url: reqwest::Url,
-    headers: reqwest::header::HeaderMap,
+    client: Arc<Client>,
+    url: String,
+    headers: HeaderMap,
     creds: Option<Arc<super::credentials::ClientCredentials>>,
 }
 
@@ -491,13 +563,18 @@ impl Transport for Http {
             stateless: std::sync::atomic::AtomicBool::new(false),
             streams: parking_lot::Mutex::new(std::collections::HashMap::new()),
         });
+        // Requests are POSTed by their callers from here on (`Core::send_request`).
+        *core.http.write() = Some((gen, session.clone()));
+        let _live = LiveSession(core);
         let (init_tx, mut init_rx) = tokio::sync::oneshot::channel();
         let init = {
             let session = session.clone();
             tokio::spawn(async move {
                 let r = handshake(&session.core, gen).await;
                 if let Ok(info) = &r {
-                    write(&session.version, info.protocol_version.clone());
+                    if let Ok(v) = HeaderValue::from_str(&info.protocol_version) {
+                        write(&session.version, v);
+                    }
                     if info.is_stateless() {
                         session
                             .stateless
@@ -506,20 +583,21 @@ impl Transport for Http {
                         return;
                     }
                     let note = Notification::new("notifications/initialized", None).to_json();
-                    let sent = session
-                        .request(reqwest::Method::POST)
-                        .await
-                        .header(reqwest::header::CONTENT_TYPE, "application/json")
-                        .header(
-                            reqwest::header::ACCEPT,
-                            "application/json, text/event-stream",
-                        )
-                        .body(note)
-                        .send()
-                        .await;
-                    if let Err(e) = sent {
-                        let _ = init_tx.send(Err(format!("initialized notification failed: {e}")));
-                        return;
+                    let mut h = session.headers();
+                    h.insert(CONTENT_TYPE, JSON);
+                    h.insert(ACCEPT, JSON_OR_SSE);
+                    match session.exchange(Method::POST, h, Bytes::from(note)).await {
+                        Ok((resp, lease)) => {
+                            let max = session.core.max_message_bytes;
+                            if read_body(resp.into_body(), max).await.is_ok() {
+                                session.client.release(lease);
+                            }
+                        }
+                        Err(e) => {
+                            let _ =
+                                init_tx.send(Err(format!("initialized notification failed: {e}")));
+                            return;
+                        }
                     }
                 }
                 let _ = init_tx.send(r.map_err(|e| e.to_string()));
@@ -579,5 +657,15 @@ impl Transport for Http {
             l.abort();
         }
         reason
+    }
+}
+
+/// Takes the session out of [`Core::http`] when its incarnation ends, however it ends
+/// (the session holds the core: it must not outlive the incarnation there).
+struct LiveSession<'a>(&'a Core);
+
+impl Drop for LiveSession<'_> {
+    fn drop(&mut self) {
+        *self.0.http.write() = None;
     }
 }

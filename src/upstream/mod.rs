@@ -13,6 +13,7 @@
 //! re-initializes.
 
 mod bridge;
+mod client;
 mod conn;
 mod core;
 mod credentials;
@@ -96,6 +97,7 @@ impl Conn {
             stats,
             stdin: tokio::sync::Mutex::new(None),
             direct: cfg.stdio.is_some(),
+            http: parking_lot::RwLock::new(None),
             listen_uris: Mutex::new(std::collections::BTreeSet::new()),
             listen_changed: tokio::sync::Notify::new(),
             listen_version: AtomicU64::new(0),

@@ -1,0 +1,363 @@
+//! The HTTP client of one HTTP backend: its own pool of keep-alive connections on
+//! hyper's connection API. The target is parsed once; a request is its headers and
+//! body, with no generic client's per-request URL conversion, proxy matching, redirect
+//! bookkeeping or pool lookup by origin. HTTP/1.1 gets one connection per request in
+//! flight, put back when its answer has been read to the end; a backend that agreed
+//! to HTTP/2 (ALPN over TLS, or `version = "2"`: prior knowledge) gets one multiplexed
+//! connection that every request shares.
+
+use bytes::Bytes;
+use http::header::{HeaderMap, HeaderValue, HOST};
+use http::{Method, Request, Response, Uri};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::client::conn::{http1, http2};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use parking_lot::Mutex;
+use rustls_pki_types::{CertificateDer, ServerName};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// A request body: always whole (one JSON-RPC message).
+pub(super) type Body = Full<Bytes>;
+
+/// Idle HTTP/1.1 connections kept per backend; more are closed when put back.
+const MAX_IDLE: usize = 512;
+/// An idle connection older than this is closed rather than reused.
+const IDLE_FOR: Duration = Duration::from_secs(60);
+/// How long a kept connection may take to become ready for its next request.
+const READY_WITHIN: Duration = Duration::from_secs(1);
+
+pub(crate) use crate::config::HttpVersion as Version;
+
+/// Why a request did not get a response.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ClientError {
+    #[error("cannot connect to {addr}: {source}")]
+    Connect {
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error("no connection to {addr} within {after:?}")]
+    ConnectTimeout { addr: String, after: Duration },
+    #[error("TLS with {addr} failed: {source}")]
+    Tls {
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error("{addr} does not speak HTTP/2 (ALPN offered {offered})")]
+    NoHttp2 { addr: String, offered: String },
+    #[error("{0}")]
+    Http(String),
+}
+
+impl ClientError {
+    fn http(e: &hyper::Error) -> Self {
+        Self::Http(crate::telemetry::error_chain(e))
+    }
+}
+
+/// A connection a request went out on, held until its answer has been read.
+pub(super) enum Lease {
+    Http1(http1::SendRequest<Body>),
+    Http2,
+}
+
+/// The client of one backend URL.
+pub(super) struct Client {
+    host: String,
+    port: u16,
+    /// `host:port` as written in the URL, for `Host` and messages.
+    authority: HeaderValue,
+    addr: String,
+    /// The origin-form target (HTTP/1.1) and the absolute one (HTTP/2).
+    path: Uri,
+    absolute: Uri,
+    tls: Option<(tokio_rustls::TlsConnector, ServerName<'static>)>,
+    version: Version,
+    connect_timeout: Duration,
+    idle: Mutex<Vec<(http1::SendRequest<Body>, Instant)>>,
+    h2: Mutex<Option<http2::SendRequest<Body>>>,
+}
+
+enum Conn {
+    H1(http1::SendRequest<Body>),
+    H2(http2::SendRequest<Body>),
+}
+
+impl Client {
+    /// A client of `url` (http or https), trusting the web PKI roots and `extra_ca`.
+    pub(super) fn new(
+        url: &str,
+        version: Version,
+        extra_ca: &[CertificateDer<'static>],
+        connect_timeout: Duration,
+    ) -> Result<Self, String> {
+        // Through the URL parser configuration validation uses (IDNA hosts become
+        // their ASCII form, which an HTTP request line needs).
+        let parsed = url::Url::parse(url).map_err(|e| format!("invalid url `{url}`: {e}"))?;
+        let uri: Uri = parsed
+            .as_str()
+            .parse()
+            .map_err(|e| format!("invalid url `{url}`: {e}"))?;
+        let https = match uri.scheme_str() {
+            Some("https") => true,
+            Some("http") => false,
+            _ => {
+                return Err(format!(
+                    "invalid url `{url}`: the scheme must be http or https"
+                ))
+            }
+        };
+        let auth = uri
+            .authority()
+            .ok_or_else(|| format!("invalid url `{url}`: no host"))?
+            .clone();
+        let host = auth.host().trim_start_matches('[').trim_end_matches(']');
+        let port = auth.port_u16().unwrap_or(if https { 443 } else { 80 });
+        let path_and_query = uri
+            .path_and_query()
+            .map_or("/", http::uri::PathAndQuery::as_str)
+            .to_owned();
+        let path: Uri = path_and_query
+            .parse()
+            .map_err(|e| format!("invalid url path: {e}"))?;
+        let absolute = Uri::builder()
+            .scheme(if https { "https" } else { "http" })
+            .authority(auth.clone())
+            .path_and_query(path_and_query)
+            .build()
+            .map_err(|e| format!("invalid url: {e}"))?;
+        let tls = if https {
+            let name = ServerName::try_from(host.to_owned())
+                .map_err(|e| format!("invalid url `{url}`: {e}"))?;
+            let alpn = match version {
+                Version::Auto => vec![b"h2".to_vec(), b"http/1.1".to_vec()],
+                Version::Http1 => vec![b"http/1.1".to_vec()],
+                Version::Http2 => vec![b"h2".to_vec()],
+            };
+            Some((tls_connector(extra_ca, alpn)?, name))
+        } else {
+            None
+        };
+        Ok(Self {
+            host: host.to_owned(),
+            port,
+            authority: HeaderValue::from_str(auth.as_str())
+                .map_err(|e| format!("invalid url host: {e}"))?,
+            addr: auth.to_string(),
+            path,
+            absolute,
+            tls,
+            version,
+            connect_timeout,
+            idle: Mutex::new(Vec::new()),
+            h2: Mutex::new(None),
+        })
+    }
+
+    /// Sends one request; the response's body is read by the caller, who then gives
+    /// the lease back with [`Client::release`] (a lease dropped instead closes an
+    /// HTTP/1.1 connection, as it must when its answer was not read to the end).
+    pub(super) async fn send(
+        &self,
+        method: Method,
+        headers: HeaderMap,
+        body: Bytes,
+    ) -> Result<(Response<Incoming>, Lease), ClientError> {
+        let mut req = Request::new(Full::new(body));
+        *req.method_mut() = method;
+        *req.headers_mut() = headers;
+        if let Some(h2) = self.live_h2() {
+            return self.send_h2(h2, req).await;
+        }
+        *req.uri_mut() = self.path.clone();
+        req.headers_mut().insert(HOST, self.authority.clone());
+        // A kept connection first; one that closed meanwhile gives the request back.
+        while let Some(mut s) = self.take_idle().await {
+            match s.try_send_request(req).await {
+                Ok(resp) => return Ok((resp, Lease::Http1(s))),
+                Err(mut e) => match e.take_message() {
+                    Some(back) => req = back,
+                    None => return Err(ClientError::http(&e.into_error())),
+                },
+            }
+        }
+        match self.connect().await? {
+            Conn::H1(mut s) => {
+                let resp = s
+                    .send_request(req)
+                    .await
+                    .map_err(|e| ClientError::http(&e))?;
+                Ok((resp, Lease::Http1(s)))
+            }
+            Conn::H2(s) => {
+                req.headers_mut().remove(HOST);
+                *self.h2.lock() = Some(s.clone());
+                self.send_h2(s, req).await
+            }
+        }
+    }
+
+    /// Gives back the connection of an answer that was read to its end.
+    pub(super) fn release(&self, lease: Lease) {
+        if let Lease::Http1(s) = lease {
+            let mut idle = self.idle.lock();
+            if idle.len() < MAX_IDLE && !s.is_closed() {
+                idle.push((s, Instant::now()));
+            }
+        }
+    }
+
+    fn live_h2(&self) -> Option<http2::SendRequest<Body>> {
+        let mut h2 = self.h2.lock();
+        match &*h2 {
+            Some(s) if !s.is_closed() => Some(s.clone()),
+            Some(_) => {
+                *h2 = None;
+                None
+            }
+            None => None,
+        }
+    }
+
+    async fn send_h2(
+        &self,
+        mut s: http2::SendRequest<Body>,
+        mut req: Request<Body>,
+    ) -> Result<(Response<Incoming>, Lease), ClientError> {
+        *req.uri_mut() = self.absolute.clone();
+        s.ready().await.map_err(|e| ClientError::http(&e))?;
+        let resp = s
+            .send_request(req)
+            .await
+            .map_err(|e| ClientError::http(&e))?;
+        Ok((resp, Lease::Http2))
+    }
+
+    /// A kept HTTP/1.1 connection ready for a request (closed and stale ones are
+    /// dropped on the way).
+    async fn take_idle(&self) -> Option<http1::SendRequest<Body>> {
+        loop {
+            let (mut s, since) = self.idle.lock().pop()?;
+            if s.is_closed() || since.elapsed() > IDLE_FOR {
+                continue;
+            }
+            if let Ok(Ok(())) = tokio::time::timeout(READY_WITHIN, s.ready()).await {
+                return Some(s);
+            }
+        }
+    }
+
+    async fn connect(&self) -> Result<Conn, ClientError> {
+        let addr = || self.addr.clone();
+        let within = self.connect_timeout;
+        let timed_out = || ClientError::ConnectTimeout {
+            addr: addr(),
+            after: within,
+        };
+        let tcp = tokio::time::timeout(
+            within,
+            tokio::net::TcpStream::connect((self.host.as_str(), self.port)),
+        )
+        .await
+        .map_err(|_| timed_out())?
+        .map_err(|source| ClientError::Connect {
+            addr: addr(),
+            source,
+        })?;
+        // Small messages, each a whole request: no Nagle delay.
+        let _ = tcp.set_nodelay(true);
+        match &self.tls {
+            None => handshake(tcp, self.version == Version::Http2).await,
+            Some((connector, name)) => {
+                let stream = tokio::time::timeout(within, connector.connect(name.clone(), tcp))
+                    .await
+                    .map_err(|_| timed_out())?
+                    .map_err(|source| ClientError::Tls {
+                        addr: addr(),
+                        source,
+                    })?;
+                let agreed = stream.get_ref().1.alpn_protocol().map(<[u8]>::to_vec);
+                let h2 = agreed.as_deref() == Some(b"h2");
+                if self.version == Version::Http2 && !h2 {
+                    return Err(ClientError::NoHttp2 {
+                        addr: addr(),
+                        offered: agreed.map_or_else(
+                            || "nothing".to_owned(),
+                            |a| String::from_utf8_lossy(&a).into_owned(),
+                        ),
+                    });
+                }
+                handshake(stream, h2).await
+            }
+        }
+    }
+}
+
+/// The HTTP handshake on a connected stream; the connection's task is spawned.
+async fn handshake<T>(io: T, h2: bool) -> Result<Conn, ClientError>
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let io = TokioIo::new(io);
+    if h2 {
+        let (sender, conn) = http2::Builder::new(TokioExecutor::new())
+            .handshake(io)
+            .await
+            .map_err(|e| ClientError::http(&e))?;
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "backend HTTP/2 connection ended");
+            }
+        });
+        Ok(Conn::H2(sender))
+    } else {
+        let (sender, conn) = http1::Builder::new()
+            .handshake(io)
+            .await
+            .map_err(|e| ClientError::http(&e))?;
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "backend HTTP/1.1 connection ended");
+            }
+        });
+        Ok(Conn::H1(sender))
+    }
+}
+
+/// TLS trusting the web PKI roots and `extra_ca`, offering `alpn`.
+fn tls_connector(
+    extra_ca: &[CertificateDer<'static>],
+    alpn: Vec<Vec<u8>>,
+) -> Result<tokio_rustls::TlsConnector, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    for ca in extra_ca {
+        roots
+            .add(ca.clone())
+            .map_err(|e| format!("unusable CA certificate: {e}"))?;
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS: {e}"))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    cfg.alpn_protocols = alpn;
+    Ok(tokio_rustls::TlsConnector::from(Arc::new(cfg)))
+}
+
+/// Reads a body to its end, refusing one larger than `max` bytes.
+pub(super) async fn read_body(body: Incoming, max: usize) -> Result<Bytes, String> {
+    use http_body_util::BodyExt as _;
+    let limited = http_body_util::Limited::new(body, max);
+    match limited.collect().await {
+        Ok(c) => Ok(c.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+            Err(format!("reply larger than {max} bytes"))
+        }
+        Err(e) => Err(format!("reading the reply failed: {e}")),
+    }
+}
