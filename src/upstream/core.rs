@@ -22,6 +22,9 @@ use tokio_util::sync::CancellationToken;
 
 /// Capacity of the queue of messages waiting to be written to one backend.
 pub(super) const OUTGOING_QUEUE: usize = 1024;
+/// How long an HTTP backend's response stream may stay open after it carried the
+/// answer: read to its end meanwhile (its connection is kept), closed after.
+const STREAM_DRAIN: Duration = Duration::from_secs(2);
 /// Largest upstream id before wrapping (JavaScript peers lose precision above 2^53).
 const MAX_UPSTREAM_ID: u64 = (1 << 53) - 1;
 
@@ -397,26 +400,21 @@ impl Core {
                 None
             }
         };
-        let mut post = std::pin::pin!(async move {
-            match post {
-                Some(p) => p.await,
-                None => std::future::pending().await,
-            }
-        });
+        let mut post = post.map(Box::pin);
         let mut guard = guard;
         let mut rx = rx;
         let sleep = tokio::time::sleep(timeout);
         tokio::pin!(sleep);
-        loop {
-            tokio::select! {
-                r = &mut rx => {
-                    guard.disarm();
-                    return r.unwrap_or_else(|_| Err(UpstreamError::Crashed {
-                        backend: self.name.clone(),
-                        reason: "connection lost".into(),
-                    }));
+        let answer = loop {
+            let posting = async {
+                match post.as_mut() {
+                    Some(p) => p.as_mut().await,
+                    None => std::future::pending().await,
                 }
-                () = &mut post, if !posted => posted = true,
+            };
+            tokio::select! {
+                r = &mut rx => break r,
+                () = posting, if !posted => posted = true,
                 _ = &mut sleep => {
                     guard.reason = "timeout";
                     drop(guard);
@@ -428,7 +426,23 @@ impl Core {
                     return Err(UpstreamError::Cancelled);
                 }
             }
+        };
+        guard.disarm();
+        // The answer came on a response stream that is still open: it is read to its
+        // end (bounded) elsewhere, so that its connection is kept rather than closed.
+        if let Some(mut p) = post.filter(|_| !posted) {
+            if futures::FutureExt::now_or_never(p.as_mut()).is_none() {
+                tokio::spawn(async move {
+                    let _ = tokio::time::timeout(STREAM_DRAIN, p).await;
+                });
+            }
         }
+        answer.unwrap_or_else(|_| {
+            Err(UpstreamError::Crashed {
+                backend: self.name.clone(),
+                reason: "connection lost".into(),
+            })
+        })
     }
 
     /// The live HTTP session of incarnation `gen`, if this is an HTTP backend.

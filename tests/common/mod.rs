@@ -47,7 +47,9 @@ pub(crate) struct Gantry {
 }
 
 pub mod oidc;
+pub mod pki;
 pub mod redis;
+pub mod relay;
 
 mod tempdir {
     pub(super) struct TempDir(pub std::path::PathBuf);
