@@ -2,9 +2,10 @@
 //! hyper's connection API. The target is parsed once; a request is its headers and
 //! body, with no generic client's per-request URL conversion, proxy matching, redirect
 //! bookkeeping or pool lookup by origin. HTTP/1.1 gets one connection per request in
-//! flight, put back when its answer has been read to the end; a backend that agreed
-//! to HTTP/2 (ALPN over TLS, or `version = "2"`: prior knowledge) gets one multiplexed
-//! connection that every request shares.
+//! flight, put back when its answer has been read to the end, and driven by the task
+//! that uses it (no connection task, no hop between tasks per request); a backend that
+//! agreed to HTTP/2 (ALPN over TLS, or `version = "2"`: prior knowledge) gets one
+//! multiplexed connection that every request shares, driven by its own task.
 
 use bytes::Bytes;
 use http::header::{HeaderMap, HeaderValue, HOST};
@@ -15,6 +16,8 @@ use hyper::client::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use parking_lot::Mutex;
 use rustls_pki_types::{CertificateDer, ServerName};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -58,10 +61,82 @@ impl ClientError {
     }
 }
 
+/// A stream an HTTP connection runs on: TCP, or TLS over TCP.
+trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Sync + Unpin {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Sync + Unpin> Io for T {}
+
+type H1Conn = http1::Connection<TokioIo<Box<dyn Io>>, Body>;
+
+/// An HTTP/1.1 connection: its request handle and its state machine, which the task
+/// using the connection polls (`drive`) while it waits for the answer and reads it.
+pub(super) struct H1 {
+    sender: http1::SendRequest<Body>,
+    /// `None` once it finished (the connection closed): dropping it fails whatever
+    /// waited on it.
+    conn: Option<Pin<Box<H1Conn>>>,
+}
+
+/// Awaits `fut` while polling `conn` (first, so that what it reads or notices, such
+/// as the server having closed the connection, is seen by `fut`); once the connection
+/// ends it is dropped and `fut` (a response or body read, which then fails or
+/// finishes) is awaited alone.
+async fn drive<F: Future>(conn: &mut Option<Pin<Box<H1Conn>>>, fut: F) -> F::Output {
+    let mut fut = std::pin::pin!(fut);
+    loop {
+        let polling = async {
+            match conn.as_mut() {
+                Some(c) => c.as_mut().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            biased;
+            r = polling => {
+                if let Err(e) = r {
+                    tracing::debug!(error = %e, "backend HTTP/1.1 connection ended");
+                }
+                *conn = None;
+            }
+            out = &mut fut => return out,
+        }
+    }
+}
+
 /// A connection a request went out on, held until its answer has been read.
 pub(super) enum Lease {
-    Http1(http1::SendRequest<Body>),
+    Http1(H1),
     Http2,
+}
+
+impl Lease {
+    /// The next frame of `body`.
+    pub(super) async fn frame(
+        &mut self,
+        body: &mut Incoming,
+    ) -> Option<Result<hyper::body::Frame<Bytes>, hyper::Error>> {
+        use http_body_util::BodyExt as _;
+        match self {
+            Lease::Http2 => body.frame().await,
+            Lease::Http1(h) => drive(&mut h.conn, body.frame()).await,
+        }
+    }
+
+    /// Reads a body to its end, refusing one larger than `max` bytes.
+    pub(super) async fn read_body(&mut self, body: Incoming, max: usize) -> Result<Bytes, String> {
+        use http_body_util::BodyExt as _;
+        let limited = http_body_util::Limited::new(body, max);
+        let collected = match self {
+            Lease::Http2 => limited.collect().await,
+            Lease::Http1(h) => drive(&mut h.conn, limited.collect()).await,
+        };
+        match collected {
+            Ok(c) => Ok(c.to_bytes()),
+            Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+                Err(format!("reply larger than {max} bytes"))
+            }
+            Err(e) => Err(format!("reading the reply failed: {e}")),
+        }
+    }
 }
 
 /// The client of one backend URL.
@@ -77,12 +152,12 @@ pub(super) struct Client {
     tls: Option<(tokio_rustls::TlsConnector, ServerName<'static>)>,
     version: Version,
     connect_timeout: Duration,
-    idle: Mutex<Vec<(http1::SendRequest<Body>, Instant)>>,
+    idle: Mutex<Vec<(H1, Instant)>>,
     h2: Mutex<Option<http2::SendRequest<Body>>>,
 }
 
 enum Conn {
-    H1(http1::SendRequest<Body>),
+    H1(H1),
     H2(http2::SendRequest<Body>),
 }
 
@@ -175,9 +250,10 @@ impl Client {
         *req.uri_mut() = self.path.clone();
         req.headers_mut().insert(HOST, self.authority.clone());
         // A kept connection first; one that closed meanwhile gives the request back.
-        while let Some(mut s) = self.take_idle().await {
-            match s.try_send_request(req).await {
-                Ok(resp) => return Ok((resp, Lease::Http1(s))),
+        while let Some(mut h) = self.take_idle().await {
+            let sent = drive(&mut h.conn, h.sender.try_send_request(req)).await;
+            match sent {
+                Ok(resp) => return Ok((resp, Lease::Http1(h))),
                 Err(mut e) => match e.take_message() {
                     Some(back) => req = back,
                     None => return Err(ClientError::http(&e.into_error())),
@@ -185,12 +261,11 @@ impl Client {
             }
         }
         match self.connect().await? {
-            Conn::H1(mut s) => {
-                let resp = s
-                    .send_request(req)
+            Conn::H1(mut h) => {
+                let resp = drive(&mut h.conn, h.sender.send_request(req))
                     .await
                     .map_err(|e| ClientError::http(&e))?;
-                Ok((resp, Lease::Http1(s)))
+                Ok((resp, Lease::Http1(h)))
             }
             Conn::H2(s) => {
                 req.headers_mut().remove(HOST);
@@ -202,10 +277,10 @@ impl Client {
 
     /// Gives back the connection of an answer that was read to its end.
     pub(super) fn release(&self, lease: Lease) {
-        if let Lease::Http1(s) = lease {
+        if let Lease::Http1(h) = lease {
             let mut idle = self.idle.lock();
-            if idle.len() < MAX_IDLE && !s.is_closed() {
-                idle.push((s, Instant::now()));
+            if idle.len() < MAX_IDLE && h.conn.is_some() && !h.sender.is_closed() {
+                idle.push((h, Instant::now()));
             }
         }
     }
@@ -237,15 +312,20 @@ impl Client {
     }
 
     /// A kept HTTP/1.1 connection ready for a request (closed and stale ones are
-    /// dropped on the way).
-    async fn take_idle(&self) -> Option<http1::SendRequest<Body>> {
+    /// dropped on the way; polling one notices that the server closed it).
+    async fn take_idle(&self) -> Option<H1> {
         loop {
-            let (mut s, since) = self.idle.lock().pop()?;
-            if s.is_closed() || since.elapsed() > IDLE_FOR {
+            let (mut h, since) = self.idle.lock().pop()?;
+            if h.conn.is_none() || h.sender.is_closed() || since.elapsed() > IDLE_FOR {
                 continue;
             }
-            if let Ok(Ok(())) = tokio::time::timeout(READY_WITHIN, s.ready()).await {
-                return Some(s);
+            let ready = drive(
+                &mut h.conn,
+                tokio::time::timeout(READY_WITHIN, h.sender.ready()),
+            )
+            .await;
+            if let (Ok(Ok(())), true) = (ready, h.conn.is_some()) {
+                return Some(h);
             }
         }
     }
@@ -270,7 +350,7 @@ impl Client {
         // Small messages, each a whole request: no Nagle delay.
         let _ = tcp.set_nodelay(true);
         match &self.tls {
-            None => handshake(tcp, self.version == Version::Http2).await,
+            None => handshake(Box::new(tcp), self.version == Version::Http2).await,
             Some((connector, name)) => {
                 let stream = tokio::time::timeout(within, connector.connect(name.clone(), tcp))
                     .await
@@ -290,17 +370,14 @@ impl Client {
                         ),
                     });
                 }
-                handshake(stream, h2).await
+                handshake(Box::new(stream), h2).await
             }
         }
     }
 }
 
-/// The HTTP handshake on a connected stream; the connection's task is spawned.
-async fn handshake<T>(io: T, h2: bool) -> Result<Conn, ClientError>
-where
-    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-{
+/// The HTTP handshake on a connected stream (an HTTP/2 connection's task is spawned).
+async fn handshake(io: Box<dyn Io>, h2: bool) -> Result<Conn, ClientError> {
     let io = TokioIo::new(io);
     if h2 {
         let (sender, conn) = http2::Builder::new(TokioExecutor::new())
@@ -318,12 +395,10 @@ where
             .handshake(io)
             .await
             .map_err(|e| ClientError::http(&e))?;
-        tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(error = %e, "backend HTTP/1.1 connection ended");
-            }
-        });
-        Ok(Conn::H1(sender))
+        Ok(Conn::H1(H1 {
+            sender,
+            conn: Some(Box::pin(conn)),
+        }))
     }
 }
 
@@ -347,17 +422,4 @@ fn tls_connector(
         .with_no_client_auth();
     cfg.alpn_protocols = alpn;
     Ok(tokio_rustls::TlsConnector::from(Arc::new(cfg)))
-}
-
-/// Reads a body to its end, refusing one larger than `max` bytes.
-pub(super) async fn read_body(body: Incoming, max: usize) -> Result<Bytes, String> {
-    use http_body_util::BodyExt as _;
-    let limited = http_body_util::Limited::new(body, max);
-    match limited.collect().await {
-        Ok(c) => Ok(c.to_bytes()),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
-            Err(format!("reply larger than {max} bytes"))
-        }
-        Err(e) => Err(format!("reading the reply failed: {e}")),
-    }
 }

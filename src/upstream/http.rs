@@ -8,7 +8,7 @@
 //! A 404 on a request with a session id means the backend session expired: in-flight
 //! requests fail and the connection re-initializes.
 
-use super::client::{read_body, Client, ClientError, Lease};
+use super::client::{Client, ClientError, Lease};
 use super::core::{Core, Outgoing, State};
 use super::handshake::handshake;
 use super::supervise::Transport;
@@ -18,7 +18,6 @@ use crate::sse;
 use bytes::Bytes;
 use http::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE};
 use http::{Method, StatusCode};
-use http_body_util::BodyExt as _;
 use parking_lot::RwLock;
 use std::sync::Arc;
 use std::time::Duration;
@@ -225,7 +224,7 @@ impl Session {
                 resp = self.exchange(Method::POST, h, body).await;
             }
         }
-        let (resp, lease) = match resp {
+        let (resp, mut lease) = match resp {
             Ok(r) => r,
             Err(e) => return fail(format!("cannot reach {}: {e}", self.url)),
         };
@@ -244,7 +243,7 @@ impl Session {
             .to_ascii_lowercase();
         let body = resp.into_body();
         if !status.is_success() {
-            let body = match read_body(body, self.core.max_message_bytes).await {
+            let body = match lease.read_body(body, self.core.max_message_bytes).await {
                 Ok(b) => {
                     self.client.release(lease);
                     b
@@ -270,7 +269,11 @@ impl Session {
             return fail(format!("HTTP {status}: {body}"));
         }
         if status == StatusCode::ACCEPTED || status == StatusCode::NO_CONTENT {
-            if read_body(body, self.core.max_message_bytes).await.is_ok() {
+            if lease
+                .read_body(body, self.core.max_message_bytes)
+                .await
+                .is_ok()
+            {
                 self.client.release(lease);
             }
             return;
@@ -279,14 +282,14 @@ impl Session {
             let mut last_id = None;
             let mut retry = DEFAULT_RETRY;
             if self
-                .read_stream(body, request_id, &mut last_id, &mut retry)
+                .read_stream(body, &mut lease, request_id, &mut last_id, &mut retry)
                 .await
             {
                 self.client.release(lease);
             }
             self.resume(request_id, last_id, retry).await;
         } else if ctype.starts_with("application/json") {
-            match read_body(body, self.core.max_message_bytes).await {
+            match lease.read_body(body, self.core.max_message_bytes).await {
                 Ok(body) => {
                     self.client.release(lease);
                     self.relay(&body, request_id);
@@ -321,6 +324,7 @@ impl Session {
     async fn read_stream(
         &self,
         mut body: hyper::body::Incoming,
+        lease: &mut Lease,
         related: Option<u64>,
         last_id: &mut Option<String>,
         retry: &mut Duration,
@@ -328,7 +332,7 @@ impl Session {
         let mut parser = sse::Parser::new(self.core.max_message_bytes);
         loop {
             let frame = tokio::select! {
-                f = body.frame() => f,
+                f = lease.frame(&mut body) => f,
                 _ = self.expired.cancelled() => return false,
             };
             let chunk = match frame {
@@ -397,9 +401,15 @@ impl Session {
             }
             tokio::time::sleep(retry).await;
             match self.get_stream(Some(&event_id)).await {
-                Ok((r, lease)) if r.status().is_success() => {
+                Ok((r, mut lease)) if r.status().is_success() => {
                     if self
-                        .read_stream(r.into_body(), Some(id), &mut last_id, &mut retry)
+                        .read_stream(
+                            r.into_body(),
+                            &mut lease,
+                            Some(id),
+                            &mut last_id,
+                            &mut retry,
+                        )
                         .await
                     {
                         self.client.release(lease);
@@ -434,10 +444,10 @@ impl Session {
                     self.expired.cancel();
                     return;
                 }
-                Ok((r, lease)) if r.status().is_success() => {
+                Ok((r, mut lease)) if r.status().is_success() => {
                     failures = 0;
                     if self
-                        .read_stream(r.into_body(), None, &mut last_id, &mut retry)
+                        .read_stream(r.into_body(), &mut lease, None, &mut last_id, &mut retry)
                         .await
                     {
                         self.client.release(lease);
@@ -587,9 +597,9 @@ impl Transport for Http {
                     h.insert(CONTENT_TYPE, JSON);
                     h.insert(ACCEPT, JSON_OR_SSE);
                     match session.exchange(Method::POST, h, Bytes::from(note)).await {
-                        Ok((resp, lease)) => {
+                        Ok((resp, mut lease)) => {
                             let max = session.core.max_message_bytes;
-                            if read_body(resp.into_body(), max).await.is_ok() {
+                            if lease.read_body(resp.into_body(), max).await.is_ok() {
                                 session.client.release(lease);
                             }
                         }
