@@ -57,7 +57,7 @@ impl Parser {
                     continue;
                 }
             }
-            match bytes.iter().position(|&b| b == b'\n' || b == b'\r') {
+            match memchr::memchr2(b'\n', b'\r', bytes) {
                 Some(i) => {
                     let (line, rest) = bytes.split_at(i);
                     self.buf.extend_from_slice(line);
@@ -139,7 +139,7 @@ pub fn message_event(id: Option<&str>, data: &str) -> String {
         s.push('\n');
     }
     s.push_str("event: message\ndata: ");
-    if data.contains(['\n', '\r']) {
+    if memchr::memchr2(b'\n', b'\r', data.as_bytes()).is_some() {
         s.extend(
             data.chars()
                 .map(|c| if c == '\n' || c == '\r' { ' ' } else { c }),

@@ -160,10 +160,10 @@ pub fn strip_stateless_result(result: &mut Map<String, Value>) -> bool {
 /// Whether a result's JSON text may hold something [`strip_stateless_result`]
 /// removes (a cheap test before parsing).
 pub fn may_hold_stateless_fields(text: &str) -> bool {
-    STATELESS_ONLY_RESULT_FIELDS
-        .iter()
-        .any(|f| text.contains(&format!("\"{f}\"")))
-        || text.contains(META_PREFIX)
+    // The names of STATELESS_ONLY_RESULT_FIELDS as JSON keys.
+    const QUOTED: [&str; 3] = ["\"resultType\"", "\"ttlMs\"", "\"cacheScope\""];
+    QUOTED.iter().any(|f| crate::jsonrpc::mentions(text, f))
+        || crate::jsonrpc::mentions(text, META_PREFIX)
 }
 
 #[cfg(test)]

@@ -62,7 +62,7 @@ impl InputRound {
     /// The input requests of a result, if it is `input_required` (requests without
     /// a method are left out).
     pub fn of(result: &RawValue) -> Option<Self> {
-        if !result.get().contains(INPUT_REQUIRED) {
+        if !crate::jsonrpc::mentions(result.get(), INPUT_REQUIRED) {
             return None;
         }
         let r: Map<String, Value> = serde_json::from_str(result.get()).ok()?;

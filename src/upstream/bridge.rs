@@ -23,9 +23,10 @@ const MAX_INPUT_ROUNDS: usize = 16;
 pub(super) fn for_session_era(params: Option<Box<RawValue>>) -> Option<Box<RawValue>> {
     let raw = params?;
     let text = raw.get();
-    if !(text.contains(META_PREFIX)
-        || text.contains("\"inputResponses\"")
-        || text.contains("\"requestState\""))
+    use crate::jsonrpc::mentions;
+    if !(mentions(text, META_PREFIX)
+        || mentions(text, "\"inputResponses\"")
+        || mentions(text, "\"requestState\""))
     {
         return Some(raw);
     }

@@ -542,7 +542,7 @@ async fn write_line(w: &mut tokio::process::ChildStdin, line: &str) -> std::io::
     // JSON never holds a raw newline except as whitespace between tokens, so blanking
     // them keeps the message valid and on one line, as stdio framing requires.
     let mut buf = Vec::with_capacity(line.len() + 1);
-    if line.contains(['\n', '\r']) {
+    if memchr::memchr2(b'\n', b'\r', line.as_bytes()).is_some() {
         buf.extend(
             line.bytes()
                 .map(|b| if b == b'\n' || b == b'\r' { b' ' } else { b }),
@@ -601,7 +601,7 @@ pub(super) fn rewrite_progress_token(
     let Some(raw) = params else {
         return (None, None);
     };
-    if !raw.get().contains("progressToken") {
+    if !crate::jsonrpc::mentions(raw.get(), "progressToken") {
         return (Some(raw), None);
     }
     let Ok(mut top) = serde_json::from_str::<indexmap::IndexMap<String, Box<RawValue>>>(raw.get())

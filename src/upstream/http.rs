@@ -132,7 +132,7 @@ impl Session {
     fn stateless_headers(&self, h: &mut HeaderMap, line: &str) {
         let stateless = self.stateless.load(std::sync::atomic::Ordering::Relaxed);
         // Session-era traffic is not parsed here (only the era probe gets headers).
-        if !stateless && !line.contains("\"server/discover\"") {
+        if !stateless && !crate::jsonrpc::mentions(line, "\"server/discover\"") {
             return;
         }
         let Ok(crate::jsonrpc::Message::Request(r)) =

@@ -335,7 +335,7 @@ async fn read_line_bounded<R: AsyncBufRead + Unpin>(
                 None => Line::Data,
             });
         }
-        let (part, found) = match chunk.iter().position(|&b| b == b'\n') {
+        let (part, found) = match memchr::memchr(b'\n', chunk) {
             Some(i) => (chunk.get(..i).unwrap_or_default(), Some(i + 1)),
             None => (chunk, None),
         };
