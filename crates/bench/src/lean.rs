@@ -67,12 +67,27 @@ impl LeanConn {
 
     /// POSTs `body` with `headers`; reads the whole answer.
     pub(crate) async fn post(&self, headers: &[(&str, &str)], body: String) -> Result<Answer> {
-        tokio::time::timeout(self.timeout, self.post_once(headers, body))
+        self.send(http::Method::POST, headers, body).await
+    }
+
+    /// Sends one request with `headers` and `body`; reads the whole answer.
+    pub(crate) async fn send(
+        &self,
+        method: http::Method,
+        headers: &[(&str, &str)],
+        body: String,
+    ) -> Result<Answer> {
+        tokio::time::timeout(self.timeout, self.send_once(method, headers, body))
             .await
             .map_err(|_| anyhow!("no answer within {:?}", self.timeout))?
     }
 
-    async fn post_once(&self, headers: &[(&str, &str)], body: String) -> Result<Answer> {
+    async fn send_once(
+        &self,
+        method: http::Method,
+        headers: &[(&str, &str)],
+        body: String,
+    ) -> Result<Answer> {
         let body = Bytes::from(body);
         let mut slot = self.sender.lock().await;
         // A kept connection the server closed: one new one, once.
@@ -87,7 +102,9 @@ impl LeanConn {
                 }
                 bail!("the connection closed");
             }
-            let mut req = http::Request::post(self.path.as_str())
+            let mut req = http::Request::builder()
+                .method(method.clone())
+                .uri(self.path.as_str())
                 .header(http::header::HOST, self.authority.as_str())
                 .header(http::header::CONTENT_TYPE, "application/json");
             for (k, v) in headers {

@@ -53,17 +53,23 @@ mod soak;
 /// `shared+limit` and `shared+redis-limit` are `shared` with one rate-limit rule
 /// every call passes (counted in memory, or in a redis-server the bench starts): the
 /// overhead of a limit check per call.
+/// `per-session+warm` is `per-session` with backends started ahead (`pool.min_idle`):
+/// with `--op session`, a new session's first call without waiting for a process.
 /// `catalog` is three `shared` backends merged into one catalog (tools named
 /// `b0__echo` …): with `--op list`, what `tools/list` costs from Gantry's cache.
 const GANTRY_MODES: &[&str] = &[
     "shared",
     "http",
     "per-session",
+    "per-session+warm",
     "per-user",
     "shared+limit",
     "shared+redis-limit",
     "catalog",
 ];
+
+/// Warm backends kept by `per-session+warm` (`pool.min_idle`).
+const WARM_IDLE: usize = 8;
 
 /// Backends of the `catalog` mode.
 const CATALOG_BACKENDS: usize = 3;
@@ -148,8 +154,11 @@ struct Cli {
     /// What each client does in its loop: `echo` (a `tools/call` of `echo` with the
     /// payload) or `list` (`tools/list`, checked for the tools expected; the payload
     /// size is not used). With `list`, the `catalog` mode reports how many lists
-    /// reached its backends.
-    #[arg(long, default_value = "echo", value_parser = ["echo", "list"])]
+    /// reached its backends. `session`: a new session each time (initialize,
+    /// notifications/initialized, one `echo`, DELETE): calls/s is sessions/s and the
+    /// latency the time to a new session's first answer; `per-session+warm` keeps
+    /// backends started ahead (`pool.min_idle`).
+    #[arg(long, default_value = "echo", value_parser = ["echo", "list", "session"])]
     op: String,
     /// The clients' protocol era: `session` (initialize, then Mcp-Session-Id on every
     /// request; 2025-11-25) or `stateless` (2026-07-28: no initialize, `_meta` and the
@@ -368,6 +377,9 @@ async fn run(cli: Cli) -> Result<bool> {
     }
     if cli.duration.is_zero() {
         bail!("--duration must be positive");
+    }
+    if cli.op == "session" && cli.era == "stateless" {
+        bail!("--op session measures session creation: the stateless era has none");
     }
     if cli.op != "list" && cli.modes.contains(&Target::Gantry("catalog")) {
         bail!("--modes catalog measures tools/list: use it with --op list");
@@ -749,6 +761,12 @@ fn gantry_config(env: &Env, mode: &str, max_sessions: usize) -> String {
         }
         return out;
     }
+    // Backends started ahead of the sessions that will take them.
+    let pool = if mode.ends_with("+warm") {
+        format!("pool = {{ max_connections = 0, min_idle = {WARM_IDLE} }}")
+    } else {
+        "pool = { max_connections = 0 }".to_owned()
+    };
     let mode = mode.split_once('+').map_or(mode, |(m, _)| m);
     let mode = toml::Value::String(mode.to_owned());
     format!(
@@ -763,7 +781,7 @@ fn gantry_config(env: &Env, mode: &str, max_sessions: usize) -> String {
          [[backends]]\n\
          name = \"echo\"\n\
          session_mode = {mode}\n\
-         pool = {{ max_connections = 0 }}\n\
+         {pool}\n\
          stdio = {{ command = {command}, args = [{arg}] }}\n{keys}\n{limits}"
     )
 }
@@ -809,6 +827,8 @@ fn api_key_entries(mode: &str, max_sessions: usize) -> String {
 #[derive(Debug, Clone, Copy)]
 enum Op {
     Echo,
+    /// A new session per loop: initialize, one `echo`, DELETE.
+    Session,
     /// `tools/list`, which must name this many tools.
     List {
         tools: usize,
@@ -822,6 +842,7 @@ impl Op {
                 tools: CATALOG_BACKENDS,
             },
             ("list", _) => Op::List { tools: 1 },
+            ("session", _) => Op::Session,
             _ => Op::Echo,
         }
     }
@@ -1217,7 +1238,7 @@ impl McpClient {
     /// One call of the loop: `echo` with call `seq`'s payload, or `tools/list`.
     async fn call(&self, op: Op, seq: u64, size: usize) -> Result<()> {
         match op {
-            Op::Echo => self.echo(seq, &payload(size, self.index, seq)).await,
+            Op::Echo | Op::Session => self.echo(seq, &payload(size, self.index, seq)).await,
             Op::List { tools } => self.list(seq, tools).await,
         }
     }
@@ -1257,9 +1278,43 @@ impl McpClient {
         Ok(())
     }
 
+    /// `--op session`: a new session, its first call, its end (DELETE); the time
+    /// from the initialize to the call's answer.
+    async fn session_cycle(&mut self, seq: u64, size: usize) -> Result<Duration> {
+        self.session.clear();
+        let t0 = tokio::time::Instant::now();
+        self.initialize().await?;
+        self.echo(seq, &payload(size, self.index, seq)).await?;
+        let first_answer = t0.elapsed();
+        let session = std::mem::take(&mut self.session);
+        let headers = [
+            ("mcp-session-id", session.as_str()),
+            ("mcp-protocol-version", PROTOCOL),
+        ];
+        let status = match &self.lean {
+            Some(conn) => {
+                conn.send(http::Method::DELETE, &headers, String::new())
+                    .await?
+                    .status
+            }
+            None => {
+                let mut rb = self.http.delete(&self.url);
+                for (k, v) in headers {
+                    rb = rb.header(k, v);
+                }
+                rb.send().await?.status().as_u16()
+            }
+        };
+        // 405: a server that does not let clients end sessions (allowed).
+        if !(200..300).contains(&status) && status != 405 {
+            bail!("DELETE of session {seq}: HTTP {status}");
+        }
+        Ok(first_answer)
+    }
+
     /// The closed loop: call, check, record, until `end` (or the call bound).
     async fn run_loop(
-        self,
+        mut self,
         op: Op,
         size: usize,
         window_start: tokio::time::Instant,
@@ -1274,15 +1329,18 @@ impl McpClient {
                 break;
             }
             let t0 = tokio::time::Instant::now();
-            let r = self.call(op, seq, size).await;
+            let r = match op {
+                Op::Session => self.session_cycle(seq, size).await,
+                _ => self.call(op, seq, size).await.map(|()| t0.elapsed()),
+            };
             let t1 = tokio::time::Instant::now();
             match r {
                 // Calls completing inside the window count (closed loop, steady state).
-                Ok(()) if t1 >= window_start && t1 < end => {
-                    let us = t1.duration_since(t0).as_micros();
+                Ok(took) if t1 >= window_start && t1 < end => {
+                    let us = took.as_micros();
                     out.latencies_us.push(u32::try_from(us).unwrap_or(u32::MAX));
                 }
-                Ok(()) => {}
+                Ok(_) => {}
                 Err(e) => {
                     out.errors += 1;
                     out.first_error
