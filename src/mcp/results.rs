@@ -14,39 +14,65 @@ pub const COMPLETE: &str = "complete";
 /// `resultType` of a result asking the client for input.
 pub const INPUT_REQUIRED: &str = "input_required";
 
+/// A result object by its top-level fields, each kept as the backend wrote it:
+/// shaping a result touches those fields only (a large `content` is not parsed).
+pub type Fields = indexmap::IndexMap<String, Box<RawValue>>;
+
+/// The value of a field that is a JSON string.
+fn string_of(raw: Option<&RawValue>) -> Option<String> {
+    serde_json::from_str(raw?.get()).ok()
+}
+
 /// Shapes a result of `method` for a stateless-era client: `resultType` (complete
 /// unless the backend said otherwise), for complete cacheable results `ttlMs` (0
 /// unless the backend set it) and `cacheScope` (`private` forced when `private`,
 /// as callers are told apart and what one is shown is not for the others), and
 /// `server_info` in `_meta` unless the backend named itself.
 pub fn shape_for_stateless(
-    result: &mut Map<String, Value>,
+    result: &mut Fields,
     method: &str,
     private: bool,
     server_info: impl FnOnce() -> Value,
 ) {
+    let raw = |v: Value| crate::jsonrpc::to_raw(&v);
     result
-        .entry("resultType")
-        .or_insert_with(|| json!(COMPLETE));
-    let complete = result.get("resultType") == Some(&json!(COMPLETE));
+        .entry("resultType".into())
+        .or_insert_with(|| raw(json!(COMPLETE)));
+    let complete =
+        string_of(result.get("resultType").map(AsRef::as_ref)).as_deref() == Some(COMPLETE);
     if complete && CACHEABLE.contains(&method) {
-        result.entry("ttlMs").or_insert_with(|| json!(0));
-        let scope = result
-            .entry("cacheScope")
-            .or_insert_with(|| json!("public"));
+        result
+            .entry("ttlMs".into())
+            .or_insert_with(|| raw(json!(0)));
         if private {
-            *scope = json!("private");
+            result.insert("cacheScope".into(), raw(json!("private")));
+        } else {
+            result
+                .entry("cacheScope".into())
+                .or_insert_with(|| raw(json!("public")));
         }
     }
-    let meta = result.entry("_meta").or_insert_with(|| json!({}));
-    if let Some(meta) = meta.as_object_mut() {
-        meta.entry(META_SERVER_INFO).or_insert_with(server_info);
+    let meta = match result.get("_meta") {
+        None => Some(Map::new()),
+        Some(m) => serde_json::from_str::<Map<String, Value>>(m.get()).ok(),
+    };
+    // A `_meta` that is not an object is left as the backend wrote it.
+    if let Some(mut meta) = meta {
+        if !meta.contains_key(META_SERVER_INFO) {
+            meta.insert(META_SERVER_INFO.into(), server_info());
+            result.insert("_meta".into(), raw(Value::Object(meta)));
+        }
     }
 }
 
 /// Whether a shaped result asks for input.
-pub fn is_input_required(result: &Map<String, Value>) -> bool {
-    result.get("resultType") == Some(&json!(INPUT_REQUIRED))
+pub fn is_input_required(result: &Fields) -> bool {
+    string_of(result.get("resultType").map(AsRef::as_ref)).as_deref() == Some(INPUT_REQUIRED)
+}
+
+/// The `requestState` of a result, when it is a string.
+pub fn request_state(result: &Fields) -> Option<String> {
+    string_of(result.get("requestState").map(AsRef::as_ref))
 }
 
 /// One round of input a stateless-era server asks for.
@@ -66,7 +92,7 @@ impl InputRound {
             return None;
         }
         let r: Map<String, Value> = serde_json::from_str(result.get()).ok()?;
-        if !is_input_required(&r) {
+        if r.get("resultType") != Some(&json!(INPUT_REQUIRED)) {
             return None;
         }
         let requests = r
@@ -96,10 +122,14 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
     use super::*;
 
+    fn fields(v: &Value) -> Fields {
+        serde_json::from_str(&v.to_string()).unwrap()
+    }
+
     fn shaped(v: Value, method: &str, private: bool) -> Value {
-        let mut m = v.as_object().unwrap().clone();
+        let mut m = fields(&v);
         shape_for_stateless(&mut m, method, private, || json!({"name": "gantry"}));
-        Value::Object(m)
+        serde_json::from_str(&serde_json::to_string(&m).unwrap()).unwrap()
     }
 
     #[test]
@@ -135,7 +165,7 @@ mod tests {
             false,
         );
         assert!(r.get("ttlMs").is_none(), "{r}");
-        assert!(is_input_required(r.as_object().unwrap()));
+        assert!(is_input_required(&fields(&r)));
     }
 
     #[test]

@@ -440,7 +440,8 @@ pub(super) fn final_message(
     };
     match r.outcome {
         Ok(result) => {
-            let mut obj: Map<String, Value> =
+            // Shaped by its top-level fields: the content is relayed as it came.
+            let mut obj: crate::mcp::results::Fields =
                 serde_json::from_str(result.get()).unwrap_or_default();
             crate::mcp::results::shape_for_stateless(
                 &mut obj,
@@ -454,9 +455,9 @@ pub(super) fn final_message(
                 let Some(binding) = binding else {
                     return stuck(id, method, None);
                 };
-                if let Some(Value::String(state)) = obj.get("requestState") {
-                    let sealed = app.mrtr.seal_foreign(state, binding);
-                    obj.insert("requestState".into(), Value::String(sealed));
+                if let Some(state) = crate::mcp::results::request_state(&obj) {
+                    let sealed = app.mrtr.seal_foreign(&state, binding);
+                    obj.insert("requestState".into(), to_raw(&Value::String(sealed)));
                 }
             }
             (StatusCode::OK, Response::ok(id, to_raw(&obj)).to_json())
