@@ -127,6 +127,7 @@ pub(super) async fn call(
     internal: Arc<Internal>,
     req: Request,
     params: Map<String, Value>,
+    arguments: Option<Box<RawValue>>,
     declared: Declared,
     accepts: Accepts,
 ) -> HttpResponse {
@@ -186,10 +187,15 @@ pub(super) async fn call(
     };
     // Modern `_meta` keys, `inputResponses` and `requestState` travel on: a
     // stateless-era backend needs them, and they are removed for session-era ones.
+    let mut fields: crate::mcp::results::Fields =
+        params.iter().map(|(k, v)| (k.clone(), to_raw(v))).collect();
+    if let Some(a) = arguments {
+        fields.insert("arguments".into(), a);
+    }
     let upstream = Request {
         id: req.id.clone(),
         method: req.method,
-        params: Some(to_raw(&params)),
+        params: Some(to_raw(&fields)),
     };
     let guard = session.track(&upstream.id);
     let cancel = guard.token();

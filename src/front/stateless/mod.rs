@@ -76,6 +76,19 @@ pub(crate) fn is_stateless(headers: &HeaderMap, m: &Message) -> bool {
     meta_of(params).is_some_and(|m| m.keys().any(|k| k.starts_with(META_PREFIX)))
 }
 
+/// A request's params, an object: its fields but `arguments` parsed, and
+/// `arguments` as written. `None` when they are not an object.
+fn split_arguments(raw: &RawValue) -> Option<(Map<String, Value>, Option<Box<RawValue>>)> {
+    let mut fields: crate::mcp::results::Fields = serde_json::from_str(raw.get()).ok()?;
+    let arguments = fields.shift_remove("arguments");
+    let params = fields
+        .into_iter()
+        .map(|(k, v)| serde_json::from_str::<Value>(v.get()).map(|v| (k, v)))
+        .collect::<Result<Map<String, Value>, _>>()
+        .ok()?;
+    Some((params, arguments))
+}
+
 fn meta_of(params: Option<&RawValue>) -> Option<Map<String, Value>> {
     #[derive(serde::Deserialize)]
     struct P {
@@ -133,18 +146,19 @@ pub(crate) async fn post(
         }
         Message::Request(r) => r,
     };
-    let params: Map<String, Value> =
-        match req.params.as_deref().map(|p| serde_json::from_str(p.get())) {
-            None => Map::new(),
-            Some(Ok(Value::Object(p))) => p,
-            Some(_) => {
-                return answer(
-                    StatusCode::BAD_REQUEST,
-                    Some(req.id),
-                    &RpcError::new(code::INVALID_PARAMS, "params must be an object"),
-                )
-            }
-        };
+    // The top-level fields are read; a tool's `arguments` (the bulk of a large
+    // call) are relayed as the client wrote them.
+    let (params, arguments) = match req.params.as_deref().map(split_arguments) {
+        None => (Map::new(), None),
+        Some(Some(p)) => p,
+        Some(None) => {
+            return answer(
+                StatusCode::BAD_REQUEST,
+                Some(req.id),
+                &RpcError::new(code::INVALID_PARAMS, "params must be an object"),
+            )
+        }
+    };
     let declared = match validate(headers, &req.method, &params) {
         Ok(d) => d,
         Err(Refusal(status, e)) => {
@@ -180,9 +194,12 @@ pub(crate) async fn post(
         let declared = tool_headers(&app, &internal).await;
         let none = Vec::new();
         let mirrored = declared.get(name).unwrap_or(&none);
-        let arguments = params.get("arguments").cloned().unwrap_or(Value::Null);
         let sent_any = headers.keys().any(|k| k.as_str().starts_with("mcp-param-"));
         if !mirrored.is_empty() || sent_any {
+            let arguments = arguments
+                .as_deref()
+                .and_then(|a| serde_json::from_str(a.get()).ok())
+                .unwrap_or(Value::Null);
             if let Err(why) = crate::mcp::param::check(mirrored, &arguments, |h| {
                 headers.get(h).map(HeaderValue::as_bytes)
             }) {
@@ -197,7 +214,12 @@ pub(crate) async fn post(
     match req.method.as_str() {
         "server/discover" => discover(&app, &internal, req.id),
         "subscriptions/listen" => listen(app, internal, req.id, &params).await,
-        _ => call(app, principal, internal, req, params, declared, accepts).await,
+        _ => {
+            call(
+                app, principal, internal, req, params, arguments, declared, accepts,
+            )
+            .await
+        }
     }
 }
 
