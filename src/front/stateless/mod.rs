@@ -76,9 +76,12 @@ pub(crate) fn is_stateless(headers: &HeaderMap, m: &Message) -> bool {
     meta_of(params).is_some_and(|m| m.keys().any(|k| k.starts_with(META_PREFIX)))
 }
 
-/// A request's params, an object: its fields but `arguments` parsed, and
-/// `arguments` as written. `None` when they are not an object.
-fn split_arguments(raw: &RawValue) -> Option<(Map<String, Value>, Option<Box<RawValue>>)> {
+/// A request's params split for reading: every field but `arguments` parsed, and
+/// `arguments` as the client wrote them.
+type Split = (Map<String, Value>, Option<Box<RawValue>>);
+
+/// [`Split`] of params that are an object (`None` otherwise).
+fn split_arguments(raw: &RawValue) -> Option<Split> {
     let mut fields: crate::mcp::results::Fields = serde_json::from_str(raw.get()).ok()?;
     let arguments = fields.shift_remove("arguments");
     let params = fields
