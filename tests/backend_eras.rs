@@ -16,7 +16,7 @@
 mod common;
 
 use common::{
-    call_answering, fixture, metric_until, recorded, sha256_hex, Client, Gantry, Scratch,
+    call_answering, fixture, metric_until, recorded, sha256_hex, text_of, Client, Gantry, Scratch,
 };
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
@@ -30,13 +30,6 @@ fn stateless_backend(record: &std::path::Path, extra: &str) -> Gantry {
         fixture("stateless_server.py").to_str().unwrap(),
         record.to_str().unwrap()
     ))
-}
-
-fn text_of(resp: &Value) -> String {
-    resp["result"]["content"][0]["text"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned()
 }
 
 #[tokio::test]

@@ -35,15 +35,8 @@ async fn burst(c: &Client, first_id: u64, n: u64) {
         (i, r)
     });
     for (i, r) in futures::future::join_all(calls).await {
-        assert_eq!(text(&r), format!("m{i}"), "{r}");
+        assert_eq!(text_of(&r), format!("m{i}"), "{r}");
     }
-}
-
-fn text(r: &Value) -> String {
-    r["result"]["content"][0]["text"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned()
 }
 
 #[tokio::test]

@@ -18,8 +18,8 @@
 mod common;
 
 use common::{
-    call_answering, gantry, http_backend, python_fixture, recorded, BackendSpec, Client, Gantry,
-    GantrySpec, HttpServer, Scratch, Stateless,
+    call_answering, gantry, http_backend, python_fixture, recorded, text_of, BackendSpec, Client,
+    Gantry, GantrySpec, HttpServer, Scratch, Stateless,
 };
 use serde_json::{json, Value};
 
@@ -63,13 +63,6 @@ fn dual(
         _dir: dir,
         record,
     }
-}
-
-fn text_of(resp: &Value) -> String {
-    resp["result"]["content"][0]["text"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned()
 }
 
 /// What `whoami` says reached the backend.

@@ -22,13 +22,6 @@ use std::time::{Duration, Instant};
 
 const PROMPT: Duration = Duration::from_secs(10);
 
-fn text_of(resp: &Value) -> String {
-    resp["result"]["content"][0]["text"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned()
-}
-
 fn example_http_backend(url: &str) -> String {
     format!("[[backends]]\nname = \"example\"\nhttp = {{ url = {url:?} }}\n")
 }

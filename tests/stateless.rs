@@ -16,7 +16,7 @@ mod common;
 
 use common::{
     example_bin, fixture, metric, metric_until, recorded, sha256_hex, stateless_meta as meta,
-    Gantry, Listen, Reply, Stateless,
+    text_of, Gantry, Listen, Reply, Stateless,
 };
 use serde_json::{json, Value};
 use std::path::PathBuf;
@@ -35,13 +35,6 @@ fn error_code(r: &Reply, id: &Value) -> i64 {
     the_response(r, id)["error"]["code"]
         .as_i64()
         .unwrap_or_else(|| panic!("not an error: {}", r.raw))
-}
-
-fn text_of(resp: &Value) -> String {
-    resp["result"]["content"][0]["text"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned()
 }
 
 async fn bounded<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {

@@ -1104,6 +1104,14 @@ enum Transport {
     },
 }
 
+/// The text of a tool result's first content block ("" when it has none).
+pub fn text_of(resp: &Value) -> String {
+    resp["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
 /// The example server over stdio, named `example`.
 pub fn example() -> BackendSpec {
     stdio("example", example_bin().to_str().unwrap(), &[])
