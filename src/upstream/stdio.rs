@@ -169,10 +169,7 @@ async fn run_once(
         tokio::select! {
             status = child.wait() => {
                 core.stats.exited(Exit::of(&status));
-                break match status {
-                    Ok(s) => format!("process exited ({s})"),
-                    Err(e) => format!("cannot wait for process: {e}"),
-                };
+                break exit_reason(&status);
             }
             _ = shutdown.cancelled() => {
                 // What was queued before the end still goes out (a cancellation of
@@ -192,10 +189,7 @@ async fn run_once(
                 // can never answer again: stop it (in-flight calls fail at once).
                 if let Ok(status) = tokio::time::timeout(STDOUT_EOF_GRACE, child.wait()).await {
                     core.stats.exited(Exit::of(&status));
-                    break match status {
-                        Ok(s) => format!("process exited ({s})"),
-                        Err(e) => format!("cannot wait for process: {e}"),
-                    };
+                    break exit_reason(&status);
                 }
                 let stdin = core.stdin.lock().await.take().map(|s| s.w);
                 stop_gracefully(&mut child, &guard, stdin).await;
@@ -203,6 +197,12 @@ async fn run_once(
                 break "the process closed its stdout (it can no longer answer); stopped".into();
             }
             _ = init_failed.cancelled() => {
+                // A handshake that failed because the child died (its stdin closed):
+                // the exit says why, not the handshake.
+                if let Ok(status) = tokio::time::timeout(INIT_EXIT_GRACE, child.wait()).await {
+                    core.stats.exited(Exit::of(&status));
+                    break exit_reason(&status);
+                }
                 let stdin = core.stdin.lock().await.take().map(|s| s.w);
                 stop_gracefully(&mut child, &guard, stdin).await;
                 core.stats.exited(Exit::Stopped);
@@ -530,6 +530,17 @@ impl Noise {
             );
             self.suppressed = 0;
         }
+    }
+}
+
+/// How long a child whose handshake failed gets to show that it exited.
+const INIT_EXIT_GRACE: Duration = Duration::from_millis(200);
+
+/// Why an incarnation ended, from its exit.
+fn exit_reason(status: &std::io::Result<std::process::ExitStatus>) -> String {
+    match status {
+        Ok(s) => format!("process exited ({s})"),
+        Err(e) => format!("cannot wait for process: {e}"),
     }
 }
 
