@@ -56,8 +56,6 @@ pub(super) struct Session {
     /// The backend speaks the stateless era: no session, per-request headers, and a
     /// request is cancelled by closing its response stream.
     stateless: std::sync::atomic::AtomicBool,
-    /// Stateless era: the POST tasks of requests in flight, by upstream id.
-    streams: parking_lot::Mutex<std::collections::HashMap<u64, tokio::task::AbortHandle>>,
 }
 
 fn read<T: Clone>(l: &RwLock<Option<T>>) -> Option<T> {
@@ -170,21 +168,9 @@ impl Session {
         else {
             return false;
         };
-        if n.method != "notifications/cancelled" {
-            return false;
-        }
-        let id = crate::jsonrpc::string_field(n.params.as_deref(), "requestId")
-            .and_then(|s| s.parse::<u64>().ok())
-            .or_else(|| {
-                n.params
-                    .as_deref()
-                    .and_then(|p| serde_json::from_str::<serde_json::Value>(p.get()).ok())
-                    .and_then(|p| p.get("requestId").and_then(serde_json::Value::as_u64))
-            });
-        if let Some(h) = id.and_then(|id| self.streams.lock().remove(&id)) {
-            h.abort();
-        }
-        true
+        // The request's POST ran in its caller's task (`Core::send_request`), which
+        // closed its stream when it gave up on it: nothing is left to send.
+        n.method == "notifications/cancelled"
     }
 
     /// POSTs one message and relays whatever comes back.
@@ -571,7 +557,6 @@ impl Transport for Http {
             version: RwLock::new(None),
             expired: CancellationToken::new(),
             stateless: std::sync::atomic::AtomicBool::new(false),
-            streams: parking_lot::Mutex::new(std::collections::HashMap::new()),
         });
         // Requests are POSTed by their callers from here on (`Core::send_request`).
         *core.http.write() = Some((gen, session.clone()));
@@ -650,13 +635,7 @@ impl Transport for Http {
                 msg = out_rx.recv() => {
                     let Some(msg) = msg else { break None };
                     if msg.gen == gen && !session.close_stream(&msg.line) {
-                        let id = msg.request_id;
-                        let task = tokio::spawn(session.clone().post(msg));
-                        if let (Some(id), true) = (id, session.stateless.load(std::sync::atomic::Ordering::Relaxed)) {
-                            let mut streams = session.streams.lock();
-                            streams.retain(|_, h| !h.is_finished());
-                            streams.insert(id, task.abort_handle());
-                        }
+                        tokio::spawn(session.clone().post(msg));
                     }
                 }
             }
