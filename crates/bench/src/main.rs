@@ -55,11 +55,14 @@ mod soak;
 /// overhead of a limit check per call.
 /// `per-session+warm` is `per-session` with backends started ahead (`pool.min_idle`):
 /// with `--op session`, a new session's first call without waiting for a process.
+/// `http+h2` is `http` over HTTP/2 with prior knowledge (`http.version = "2"`): one
+/// multiplexed connection to the backend instead of one per call in flight.
 /// `catalog` is three `shared` backends merged into one catalog (tools named
 /// `b0__echo` …): with `--op list`, what `tools/list` costs from Gantry's cache.
 const GANTRY_MODES: &[&str] = &[
     "shared",
     "http",
+    "http+h2",
     "per-session",
     "per-session+warm",
     "per-user",
@@ -677,7 +680,7 @@ async fn start_target(env: &Env, target: Target, max_sessions: usize) -> Result<
 
 async fn start_gantry(env: &Env, mode: &str, max_sessions: usize) -> Result<Server> {
     // `http`: the very server `direct` measures, as Gantry's HTTP backend.
-    let backend = if mode == "http" {
+    let backend = if mode == "http" || mode == "http+h2" {
         Some(
             Server::start(
                 "direct (http backend)",
@@ -695,9 +698,14 @@ async fn start_gantry(env: &Env, mode: &str, max_sessions: usize) -> Result<Serv
     let mut config = gantry_config(env, mode, max_sessions.max(64));
     if let Some(b) = &backend {
         let url = toml::Value::String(b.url.clone());
+        let version = if mode == "http+h2" {
+            ", version = \"2\""
+        } else {
+            ""
+        };
         config = config.replace(
             "session_mode = \"http\"\npool = { max_connections = 0 }\n",
-            &format!("session_mode = \"shared\"\nhttp = {{ url = {url} }}\n# "),
+            &format!("session_mode = \"shared\"\nhttp = {{ url = {url}{version} }}\n# "),
         );
     }
     let path = env.dir.0.join(format!("gantry-{mode}.toml"));
