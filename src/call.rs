@@ -60,6 +60,10 @@ pub struct ClientView {
     pub era: Era,
     /// The caller under `[[auth.rules]]` (`None`: no rules, or Gantry's own request).
     pub access: Option<Arc<crate::auth::policy::Access>>,
+    /// The client's other `io.modelcontextprotocol/` `_meta` keys of this request
+    /// (`clientInfo`, …): a stateless-era backend gets them in its `_meta`; they are
+    /// not in the relayed params, which a session-era backend then takes as they are.
+    pub meta: Option<Arc<serde_json::Map<String, serde_json::Value>>>,
 }
 
 impl Default for ClientView {
@@ -70,6 +74,7 @@ impl Default for ClientView {
             log_level: None,
             era: Era::Session,
             access: None,
+            meta: None,
         }
     }
 }

@@ -106,6 +106,61 @@ async fn a_stateless_backend_is_detected_and_told_the_client_on_every_request() 
 }
 
 #[tokio::test]
+async fn a_stateless_clients_meta_reaches_a_stateless_backend_as_declared() {
+    let dir = Scratch::new("meta");
+    let record = dir.0.join("received.jsonl");
+    let keys = format!(
+        "[[auth.api_keys]]\nprincipal = \"alice\"\nsha256 = \"{}\"\n",
+        sha256_hex("alice-key")
+    );
+    let g = stateless_backend(&record, &keys);
+    let args = r#"{"message":  "hi",  "n": 1.50}"#;
+    let body = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"echo","arguments":{args},"_meta":{{
+            "io.modelcontextprotocol/protocolVersion":"2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities":{{"roots":{{}}}},
+            "io.modelcontextprotocol/clientInfo":{{"name":"probe","version":"1"}},
+            "io.modelcontextprotocol/logLevel":"error",
+            "example.com/tag":"t1"}}}}}}"#
+    );
+    let resp = reqwest::Client::new()
+        .post(&g.url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", "echo")
+        .bearer_auth("alice-key")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let r = Client::read(resp).await;
+    let r = r.response(&json!(1)).cloned().unwrap();
+    assert_eq!(text_of(&r), "hi", "{r}");
+    let call = recorded(&record)
+        .into_iter()
+        .find(|m| m["method"] == "tools/call")
+        .unwrap();
+    // Every key of the client's `_meta` arrives, with the values it declared.
+    assert_eq!(
+        call["params"]["_meta"],
+        json!({
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {"roots": {}},
+            "io.modelcontextprotocol/clientInfo": {"name": "probe", "version": "1"},
+            "io.modelcontextprotocol/logLevel": "error",
+            "example.com/tag": "t1",
+        }),
+        "{call}"
+    );
+    assert_eq!(
+        call["params"]["arguments"],
+        json!({"message": "hi", "n": 1.5})
+    );
+}
+
+#[tokio::test]
 async fn a_session_client_answers_a_stateless_backends_input_request_as_a_server_request() {
     let dir = Scratch::new("mrtr");
     let record = dir.0.join("received.jsonl");

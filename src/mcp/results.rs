@@ -32,35 +32,34 @@ pub fn shape_for_stateless(
     result: &mut Fields,
     method: &str,
     private: bool,
-    server_info: impl FnOnce() -> Value,
+    server_info: &RawValue,
 ) {
-    let raw = |v: Value| crate::jsonrpc::to_raw(&v);
+    use crate::jsonrpc::to_raw;
     result
         .entry("resultType".into())
-        .or_insert_with(|| raw(json!(COMPLETE)));
+        .or_insert_with(|| to_raw(&COMPLETE));
     let complete =
         string_of(result.get("resultType").map(AsRef::as_ref)).as_deref() == Some(COMPLETE);
     if complete && CACHEABLE.contains(&method) {
-        result
-            .entry("ttlMs".into())
-            .or_insert_with(|| raw(json!(0)));
+        result.entry("ttlMs".into()).or_insert_with(|| to_raw(&0));
         if private {
-            result.insert("cacheScope".into(), raw(json!("private")));
+            result.insert("cacheScope".into(), to_raw(&"private"));
         } else {
             result
                 .entry("cacheScope".into())
-                .or_insert_with(|| raw(json!("public")));
+                .or_insert_with(|| to_raw(&"public"));
         }
     }
+    // `_meta` is read by its keys only; one that is not an object is left as the
+    // backend wrote it.
     let meta = match result.get("_meta") {
-        None => Some(Map::new()),
-        Some(m) => serde_json::from_str::<Map<String, Value>>(m.get()).ok(),
+        None => Some(Fields::new()),
+        Some(m) => serde_json::from_str::<Fields>(m.get()).ok(),
     };
-    // A `_meta` that is not an object is left as the backend wrote it.
     if let Some(mut meta) = meta {
         if !meta.contains_key(META_SERVER_INFO) {
-            meta.insert(META_SERVER_INFO.into(), server_info());
-            result.insert("_meta".into(), raw(Value::Object(meta)));
+            meta.insert(META_SERVER_INFO.into(), server_info.to_owned());
+            result.insert("_meta".into(), to_raw(&meta));
         }
     }
 }
@@ -128,7 +127,8 @@ mod tests {
 
     fn shaped(v: Value, method: &str, private: bool) -> Value {
         let mut m = fields(&v);
-        shape_for_stateless(&mut m, method, private, || json!({"name": "gantry"}));
+        let info = crate::jsonrpc::to_raw(&json!({"name": "gantry"}));
+        shape_for_stateless(&mut m, method, private, &info);
         serde_json::from_str(&serde_json::to_string(&m).unwrap()).unwrap()
     }
 

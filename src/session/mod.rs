@@ -132,6 +132,7 @@ impl Session {
             log_level: self.route().map(SessionRoute::log_level),
             era: crate::mcp::Era::Session,
             access: None,
+            meta: None,
         }
     }
 

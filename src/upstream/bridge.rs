@@ -30,15 +30,22 @@ pub(super) fn for_session_era(params: Option<Box<RawValue>>) -> Option<Box<RawVa
     {
         return Some(raw);
     }
-    let Some(mut p) = parse_object(Some(&raw)) else {
+    // Only the top level and `_meta` are read: the rest (a tool's arguments) is
+    // relayed as written.
+    let Ok(mut p) = serde_json::from_str::<crate::mcp::results::Fields>(text) else {
         return Some(raw);
     };
-    p.remove("inputResponses");
-    p.remove("requestState");
-    if let Some(serde_json::Value::Object(meta)) = p.get_mut("_meta") {
+    p.shift_remove("inputResponses");
+    p.shift_remove("requestState");
+    let meta = p.get("_meta").and_then(|m| {
+        serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(m.get()).ok()
+    });
+    if let Some(mut meta) = meta {
         meta.retain(|k, _| !k.starts_with(META_PREFIX));
         if meta.is_empty() {
-            p.remove("_meta");
+            p.shift_remove("_meta");
+        } else {
+            p.insert("_meta".into(), to_raw(&meta));
         }
     }
     Some(to_raw(&p))
@@ -53,6 +60,9 @@ pub(super) fn for_stateless_era(
     let mut p = parse_object(params.as_deref()).unwrap_or_default();
     let meta = p.entry("_meta").or_insert_with(|| serde_json::json!({}));
     if let Some(m) = meta.as_object_mut() {
+        for (k, v) in client.meta.iter().flat_map(|m| m.iter()) {
+            m.insert(k.clone(), v.clone());
+        }
         m.insert(
             crate::mcp::META_PROTOCOL_VERSION.into(),
             serde_json::json!(STATELESS_VERSION),
@@ -261,4 +271,39 @@ async fn list_tool_headers(core: &Arc<Core>, gen: u64) -> (crate::mcp::param::To
         }
     })
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::for_session_era;
+    use serde_json::value::RawValue;
+
+    fn raw(s: &str) -> Option<Box<RawValue>> {
+        RawValue::from_string(s.to_owned()).ok()
+    }
+
+    #[test]
+    fn session_era_params_lose_only_what_the_stateless_era_added() {
+        // Arguments keep their exact bytes (spacing, key order, number forms).
+        let args = r#"{ "b": 1.50, "a" : [1,2] }"#;
+        let params = format!(
+            r#"{{"name":"echo","arguments":{args},"requestState":"s","inputResponses":{{}},"_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28","progressToken":7}}}}"#
+        );
+        let out = for_session_era(raw(&params)).map(|r| r.get().to_owned());
+        assert_eq!(
+            out.as_deref(),
+            Some(
+                format!(r#"{{"name":"echo","arguments":{args},"_meta":{{"progressToken":7}}}}"#)
+                    .as_str()
+            )
+        );
+        // `_meta` with nothing left goes entirely.
+        let params = r#"{"name":"echo","_meta":{"io.modelcontextprotocol/clientCapabilities":{}}}"#;
+        let out = for_session_era(raw(params)).map(|r| r.get().to_owned());
+        assert_eq!(out.as_deref(), Some(r#"{"name":"echo"}"#));
+        // Params without any of it pass untouched.
+        let params = r#"{"name": "echo", "arguments": {"x": 1}}"#;
+        let out = for_session_era(raw(params)).map(|r| r.get().to_owned());
+        assert_eq!(out.as_deref(), Some(params));
+    }
 }

@@ -15,6 +15,7 @@ use crate::front::stateless::input_capable;
 use crate::front::stateless::json_body;
 use crate::front::stateless::server_info;
 use crate::front::stateless::validate::Declared;
+use crate::front::stateless::{server_info_raw, take_modern_meta};
 use crate::jsonrpc::{code, to_raw, Notification, Request, RequestId, Response, RpcError};
 use crate::mcp::META_SERVER_INFO;
 use crate::router::level_rank;
@@ -28,6 +29,7 @@ use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
 use std::time::Duration;
+use sync_wrapper::SyncWrapper;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
@@ -42,7 +44,7 @@ pub(super) enum Up {
 /// The [`Downstream`] of one stateless call.
 pub(super) struct CallSink {
     pub(super) tx: mpsc::Sender<Up>,
-    pub(super) capabilities: Value,
+    pub(super) capabilities: Arc<Value>,
     pub(super) log_rank: Option<u8>,
     pub(super) cancel: CancellationToken,
 }
@@ -104,10 +106,76 @@ impl Downstream for CallSink {
     }
 }
 
+/// The answer of a stateless call. The call runs right in its HTTP handler (no task,
+/// no hop between tasks) until it has to outlive the handler's wait: when it asks the
+/// client for input (it goes on while parked, and may ask more) or is dropped (it
+/// still has to finish its cancellation upstream), it moves to a task of its own.
+pub(super) enum Done {
+    Inline(SyncWrapper<BoxFuture<'static, Option<Response>>>),
+    Spawned(oneshot::Receiver<Option<Response>>),
+    /// Already answered.
+    Taken,
+}
+
+impl Done {
+    /// Moves an inline call to its own task.
+    pub(super) fn detach(&mut self) {
+        if let Done::Inline(_) = self {
+            let Done::Inline(call) = std::mem::replace(self, Done::Taken) else {
+                return;
+            };
+            let (tx, rx) = oneshot::channel();
+            spawn_call(call.into_inner(), Some(tx));
+            *self = Done::Spawned(rx);
+        }
+    }
+}
+
+/// Runs `call` to its end in a task of its own, answering `tx` if given. Outside a
+/// runtime (a process shutting down) the call is dropped.
+fn spawn_call(
+    call: BoxFuture<'static, Option<Response>>,
+    tx: Option<oneshot::Sender<Option<Response>>>,
+) {
+    if let Ok(rt) = tokio::runtime::Handle::try_current() {
+        rt.spawn(async move {
+            let r = call.await;
+            if let Some(tx) = tx {
+                let _ = tx.send(r);
+            }
+        });
+    }
+}
+
+impl std::future::Future for Done {
+    type Output = Option<Response>;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        use std::task::Poll;
+        let this = self.get_mut();
+        let r = match this {
+            Done::Inline(call) => match call.get_mut().as_mut().poll(cx) {
+                Poll::Ready(r) => r,
+                Poll::Pending => return Poll::Pending,
+            },
+            Done::Spawned(rx) => match std::pin::Pin::new(rx).poll(cx) {
+                Poll::Ready(r) => r.ok().flatten(),
+                Poll::Pending => return Poll::Pending,
+            },
+            Done::Taken => None,
+        };
+        *this = Done::Taken;
+        Poll::Ready(r)
+    }
+}
+
 /// A stateless call in progress. Dropping it cancels the call upstream (the client
 /// closed its stream, or its parked call expired).
 pub(crate) struct Running {
-    pub(super) done: oneshot::Receiver<Option<Response>>,
+    pub(super) done: Done,
     pub(super) up: mpsc::Receiver<Up>,
     pub(super) cancel: CancellationToken,
     /// Input requests asked so far (names the keys).
@@ -117,6 +185,11 @@ pub(crate) struct Running {
 impl Drop for Running {
     fn drop(&mut self) {
         self.cancel.cancel();
+        // A call still running in the handler is cancelled in a task of its own: it
+        // tells the backend (`notifications/cancelled`) and releases its place.
+        if let Done::Inline(call) = std::mem::replace(&mut self.done, Done::Taken) {
+            spawn_call(call.into_inner(), None);
+        }
     }
 }
 
@@ -127,7 +200,7 @@ pub(super) async fn call(
     internal: Arc<Internal>,
     req: Request,
     params: Map<String, Value>,
-    arguments: Option<Box<RawValue>>,
+    mut fields: crate::mcp::results::Fields,
     declared: Declared,
     accepts: Accepts,
 ) -> HttpResponse {
@@ -141,7 +214,6 @@ pub(super) async fn call(
             .unwrap_or_default()
             .to_owned(),
     });
-    let mut params = params;
     let state = params
         .get("requestState")
         .and_then(Value::as_str)
@@ -151,7 +223,7 @@ pub(super) async fn call(
             // A stateless-era backend's own state, wrapped by Gantry: unwrapped for it.
             match app.mrtr.open_foreign(&state, binding) {
                 Ok(inner) => {
-                    params.insert("requestState".into(), Value::String(inner));
+                    fields.insert("requestState".into(), to_raw(&Value::String(inner)));
                 }
                 Err(e) => {
                     tracing::info!(principal = %binding.principal, error = %e, "stateless retry refused");
@@ -177,21 +249,20 @@ pub(super) async fn call(
         }
     }
     let session = internal.session.clone();
+    // `inputResponses` and `requestState` travel on: a stateless-era backend needs
+    // them, and they are removed for session-era ones. The protocol's `_meta` keys
+    // go beside the params (`ClientView`), for a stateless-era backend only.
+    let meta = take_modern_meta(&mut fields, &params).map(Arc::new);
+    let capabilities = Arc::new(declared.capabilities);
     let client = crate::call::ClientView {
-        capabilities: Some(Arc::new(declared.capabilities.clone())),
+        capabilities: Some(capabilities.clone()),
         log_level: declared
             .log_rank
             .and_then(|r| crate::router::LOG_LEVELS.get(usize::from(r)).copied()),
         era: crate::mcp::Era::Stateless,
         access: app.access(&principal),
+        meta,
     };
-    // Modern `_meta` keys, `inputResponses` and `requestState` travel on: a
-    // stateless-era backend needs them, and they are removed for session-era ones.
-    let mut fields: crate::mcp::results::Fields =
-        params.iter().map(|(k, v)| (k.clone(), to_raw(v))).collect();
-    if let Some(a) = arguments {
-        fields.insert("arguments".into(), a);
-    }
     let upstream = Request {
         id: req.id.clone(),
         method: req.method,
@@ -202,16 +273,14 @@ pub(super) async fn call(
     let (tx, up) = mpsc::channel(64);
     let sink: Sink = Arc::new(CallSink {
         tx,
-        capabilities: declared.capabilities,
+        capabilities,
         log_rank: declared.log_rank,
         cancel: cancel.clone(),
     });
-    let (done_tx, done) = oneshot::channel();
     let task_app = app.clone();
-    tokio::spawn(async move {
-        let r = run_tracked_as(&task_app, &session, upstream, sink, guard, client).await;
-        let _ = done_tx.send(r);
-    });
+    let done = Done::Inline(SyncWrapper::new(Box::pin(async move {
+        run_tracked_as(&task_app, &session, upstream, sink, guard, client).await
+    })));
     let running = Running {
         done,
         up,
@@ -299,12 +368,12 @@ pub(super) async fn drive(
         let up = tokio::select! {
             biased;
             up = running.up.recv() => up,
-            r = &mut running.done => return complete(&app, &method, binding.as_ref(), id, r.ok().flatten(), accepts),
+            r = &mut running.done => return complete(&app, &method, binding.as_ref(), id, r, accepts),
         };
         match up {
             None => {
                 // The sink is gone: only the result can come now.
-                let r = (&mut running.done).await.ok().flatten();
+                let r = (&mut running.done).await;
                 return complete(&app, &method, binding.as_ref(), id, r, accepts);
             }
             Some(Up::Note(n)) => {
@@ -313,6 +382,8 @@ pub(super) async fn drive(
                 }
             }
             Some(Up::Ask(first)) => {
+                // It goes on while parked, and may ask for more meanwhile.
+                running.done.detach();
                 let asks = gather(&mut running, first).await;
                 let (status, body) = step(&app, running, asks, id, &method, binding);
                 return json_body(status, body);
@@ -453,7 +524,7 @@ pub(super) fn final_message(
                 &mut obj,
                 method,
                 cache_scope(app) == "private",
-                server_info,
+                server_info_raw(),
             );
             if crate::mcp::results::is_input_required(&obj) {
                 // A stateless-era backend asks for input: its state goes to the client
@@ -546,7 +617,7 @@ pub(super) fn stream(
                 biased;
                 up = running.up.recv() => up,
                 r = &mut running.done => {
-                    let (_, body) = final_message(&app, &method, binding.as_ref(), id, r.ok().flatten());
+                    let (_, body) = final_message(&app, &method, binding.as_ref(), id, r);
                     let _ = tx.send(event(body)).await;
                     return;
                 }
@@ -556,13 +627,14 @@ pub(super) fn stream(
             };
             let out = match up {
                 None => {
-                    let r = (&mut running.done).await.ok().flatten();
+                    let r = (&mut running.done).await;
                     let (_, body) = final_message(&app, &method, binding.as_ref(), id, r);
                     let _ = tx.send(event(body)).await;
                     return;
                 }
                 Some(Up::Note(n)) => n.to_json(),
                 Some(Up::Ask(first)) => {
+                    running.done.detach();
                     let asks = gather(&mut running, first).await;
                     let (_, body) = step(&app, running, asks, id, &method, binding);
                     let _ = tx.send(event(body)).await;

@@ -76,20 +76,20 @@ pub(crate) fn is_stateless(headers: &HeaderMap, m: &Message) -> bool {
     meta_of(params).is_some_and(|m| m.keys().any(|k| k.starts_with(META_PREFIX)))
 }
 
-/// A request's params split for reading: every field but `arguments` parsed, and
-/// `arguments` as the client wrote them.
-type Split = (Map<String, Value>, Option<Box<RawValue>>);
+/// A request's params split for reading: every field but `arguments` parsed, and all
+/// of them as the client wrote them (what is relayed).
+type Split = (Map<String, Value>, crate::mcp::results::Fields);
 
 /// [`Split`] of params that are an object (`None` otherwise).
 fn split_arguments(raw: &RawValue) -> Option<Split> {
-    let mut fields: crate::mcp::results::Fields = serde_json::from_str(raw.get()).ok()?;
-    let arguments = fields.shift_remove("arguments");
+    let fields: crate::mcp::results::Fields = serde_json::from_str(raw.get()).ok()?;
     let params = fields
-        .into_iter()
-        .map(|(k, v)| serde_json::from_str::<Value>(v.get()).map(|v| (k, v)))
+        .iter()
+        .filter(|(k, _)| *k != "arguments")
+        .map(|(k, v)| serde_json::from_str::<Value>(v.get()).map(|v| (k.clone(), v)))
         .collect::<Result<Map<String, Value>, _>>()
         .ok()?;
-    Some((params, arguments))
+    Some((params, fields))
 }
 
 fn meta_of(params: Option<&RawValue>) -> Option<Map<String, Value>> {
@@ -151,8 +151,8 @@ pub(crate) async fn post(
     };
     // The top-level fields are read; a tool's `arguments` (the bulk of a large
     // call) are relayed as the client wrote them.
-    let (params, arguments) = match req.params.as_deref().map(split_arguments) {
-        None => (Map::new(), None),
+    let (params, fields) = match req.params.as_deref().map(split_arguments) {
+        None => (Map::new(), crate::mcp::results::Fields::new()),
         Some(Some(p)) => p,
         Some(None) => {
             return answer(
@@ -199,8 +199,8 @@ pub(crate) async fn post(
         let mirrored = declared.get(name).unwrap_or(&none);
         let sent_any = headers.keys().any(|k| k.as_str().starts_with("mcp-param-"));
         if !mirrored.is_empty() || sent_any {
-            let arguments = arguments
-                .as_deref()
+            let arguments = fields
+                .get("arguments")
                 .and_then(|a| serde_json::from_str(a.get()).ok())
                 .unwrap_or(Value::Null);
             if let Err(why) = crate::mcp::param::check(mirrored, &arguments, |h| {
@@ -219,7 +219,7 @@ pub(crate) async fn post(
         "subscriptions/listen" => listen(app, internal, req.id, &params).await,
         _ => {
             call(
-                app, principal, internal, req, params, arguments, declared, accepts,
+                app, principal, internal, req, params, fields, declared, accepts,
             )
             .await
         }
@@ -228,6 +228,51 @@ pub(crate) async fn post(
 
 pub(super) fn server_info() -> Value {
     crate::mcp::gantry_implementation()
+}
+
+/// [`server_info`] serialized, once.
+pub(super) fn server_info_raw() -> &'static RawValue {
+    static RAW: std::sync::OnceLock<Box<RawValue>> = std::sync::OnceLock::new();
+    RAW.get_or_init(|| to_raw(&server_info()))
+}
+
+/// The `_meta` keys Gantry writes itself for a stateless-era backend, from what the
+/// request declared (the version it speaks to the backend, the client's capabilities
+/// and log level): the client's own copies do not travel.
+const RESTATED_META: [&str; 3] = [
+    crate::mcp::META_PROTOCOL_VERSION,
+    crate::mcp::META_CLIENT_CAPABILITIES,
+    crate::mcp::META_LOG_LEVEL,
+];
+
+/// Takes the protocol's own `_meta` keys (`io.modelcontextprotocol/…`) out of
+/// `fields` (the params as relayed; `params` is the same request parsed) and
+/// returns those a backend connection does not restate, for
+/// [`crate::call::ClientView::meta`]. The client's other `_meta` keys stay.
+pub(super) fn take_modern_meta(
+    fields: &mut crate::mcp::results::Fields,
+    params: &Map<String, Value>,
+) -> Option<Map<String, Value>> {
+    let Some(Value::Object(meta)) = params.get("_meta") else {
+        return None;
+    };
+    if !meta.keys().any(|k| k.starts_with(META_PREFIX)) {
+        return None;
+    }
+    let (mut modern, mut rest) = (Map::new(), Map::new());
+    for (k, v) in meta {
+        if !k.starts_with(META_PREFIX) {
+            rest.insert(k.clone(), v.clone());
+        } else if !RESTATED_META.contains(&k.as_str()) {
+            modern.insert(k.clone(), v.clone());
+        }
+    }
+    if rest.is_empty() {
+        fields.shift_remove("_meta");
+    } else {
+        fields.insert("_meta".into(), to_raw(&rest));
+    }
+    (!modern.is_empty()).then_some(modern)
 }
 
 /// `cacheScope` of Gantry's answers: `private` as soon as callers are told apart
