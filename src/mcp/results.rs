@@ -64,6 +64,43 @@ pub fn shape_for_stateless(
     }
 }
 
+/// Writes `result` shaped for a stateless-era client, as [`shape_for_stateless`]
+/// would, into `out` by splicing the added fields before its closing brace: for a
+/// result object that names none of them (what a session-era backend returns), the
+/// content is copied once and never parsed. Returns `false`, having written nothing,
+/// for any other result.
+pub fn splice_for_stateless(
+    out: &mut String,
+    result: &str,
+    method: &str,
+    private: bool,
+    server_info: &RawValue,
+) -> bool {
+    let text = result.trim();
+    let (Some(inner), true) = (text.strip_suffix('}'), text.starts_with('{')) else {
+        return false;
+    };
+    let named = ["\"resultType\"", "\"_meta\"", "\"ttlMs\"", "\"cacheScope\""];
+    if named.iter().any(|k| crate::jsonrpc::mentions(text, k)) {
+        return false;
+    }
+    out.push_str(inner);
+    if !inner[1..].trim().is_empty() {
+        out.push(',');
+    }
+    out.push_str("\"resultType\":\"complete\"");
+    if CACHEABLE.contains(&method) {
+        out.push_str(",\"ttlMs\":0,\"cacheScope\":");
+        out.push_str(if private { "\"private\"" } else { "\"public\"" });
+    }
+    out.push_str(",\"_meta\":{\"");
+    out.push_str(META_SERVER_INFO);
+    out.push_str("\":");
+    out.push_str(server_info.get());
+    out.push_str("}}");
+    true
+}
+
 /// Whether a shaped result asks for input.
 pub fn is_input_required(result: &Fields) -> bool {
     string_of(result.get("resultType").map(AsRef::as_ref)).as_deref() == Some(INPUT_REQUIRED)
@@ -166,6 +203,50 @@ mod tests {
         );
         assert!(r.get("ttlMs").is_none(), "{r}");
         assert!(is_input_required(&fields(&r)));
+    }
+
+    #[test]
+    fn spliced_results_equal_shaped_ones() {
+        let info = crate::jsonrpc::to_raw(&json!({"name": "gantry"}));
+        for (text, method, private) in [
+            (
+                r#"{"content":[{"type":"text","text":"a}"}],"isError":false}"#,
+                "tools/call",
+                false,
+            ),
+            (r#"{ "tools" : [] }"#, "tools/list", true),
+            (r#"{"resources":[]}"#, "resources/list", false),
+            ("{}", "tools/call", false),
+            (" { } ", "prompts/list", false),
+        ] {
+            let mut out = String::new();
+            assert!(
+                splice_for_stateless(&mut out, text, method, private, &info),
+                "{text}"
+            );
+            let spliced: Value = serde_json::from_str(&out).unwrap();
+            assert_eq!(
+                spliced,
+                shaped(serde_json::from_str(text).unwrap(), method, private),
+                "{text}"
+            );
+        }
+        // Results that name a field it adds, or are no object, are left to the parser.
+        for text in [
+            r#"{"content":[],"_meta":{}}"#,
+            r#"{"resultType":"input_required"}"#,
+            r#"{"tools":[],"ttlMs":5}"#,
+            r#"{"tools":[],"cacheScope":"public"}"#,
+            "[1]",
+            r#""text""#,
+        ] {
+            let mut out = String::new();
+            assert!(
+                !splice_for_stateless(&mut out, text, "tools/list", false, &info),
+                "{text}"
+            );
+            assert!(out.is_empty());
+        }
     }
 
     #[test]

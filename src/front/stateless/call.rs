@@ -15,7 +15,7 @@ use crate::front::stateless::input_capable;
 use crate::front::stateless::json_body;
 use crate::front::stateless::server_info;
 use crate::front::stateless::validate::Declared;
-use crate::front::stateless::{server_info_raw, take_modern_meta};
+use crate::front::stateless::{relayed, server_info_raw};
 use crate::jsonrpc::{code, to_raw, Notification, Request, RequestId, Response, RpcError};
 use crate::mcp::META_SERVER_INFO;
 use crate::router::level_rank;
@@ -200,7 +200,7 @@ pub(super) async fn call(
     internal: Arc<Internal>,
     req: Request,
     params: Map<String, Value>,
-    mut fields: crate::mcp::results::Fields,
+    arguments: Option<Box<RawValue>>,
     declared: Declared,
     accepts: Accepts,
 ) -> HttpResponse {
@@ -214,6 +214,10 @@ pub(super) async fn call(
             .unwrap_or_default()
             .to_owned(),
     });
+    // `inputResponses` and `requestState` travel on: a stateless-era backend needs
+    // them, and they are removed for session-era ones. The protocol's `_meta` keys
+    // go beside the params (`ClientView`), for a stateless-era backend only.
+    let (mut fields, meta) = relayed(&params, arguments);
     let state = params
         .get("requestState")
         .and_then(Value::as_str)
@@ -249,10 +253,7 @@ pub(super) async fn call(
         }
     }
     let session = internal.session.clone();
-    // `inputResponses` and `requestState` travel on: a stateless-era backend needs
-    // them, and they are removed for session-era ones. The protocol's `_meta` keys
-    // go beside the params (`ClientView`), for a stateless-era backend only.
-    let meta = take_modern_meta(&mut fields, &params).map(Arc::new);
+    let meta = meta.map(Arc::new);
     let capabilities = Arc::new(declared.capabilities);
     let client = crate::call::ClientView {
         capabilities: Some(capabilities.clone()),
@@ -517,15 +518,26 @@ pub(super) fn final_message(
     };
     match r.outcome {
         Ok(result) => {
+            let private = cache_scope(app) == "private";
+            let id_text = id.raw().get();
+            let mut out = String::with_capacity(result.get().len() + id_text.len() + 160);
+            out.push_str("{\"jsonrpc\":\"2.0\",\"id\":");
+            out.push_str(id_text);
+            out.push_str(",\"result\":");
+            if crate::mcp::results::splice_for_stateless(
+                &mut out,
+                result.get(),
+                method,
+                private,
+                server_info_raw(),
+            ) {
+                out.push('}');
+                return (StatusCode::OK, out);
+            }
             // Shaped by its top-level fields: the content is relayed as it came.
             let mut obj: crate::mcp::results::Fields =
                 serde_json::from_str(result.get()).unwrap_or_default();
-            crate::mcp::results::shape_for_stateless(
-                &mut obj,
-                method,
-                cache_scope(app) == "private",
-                server_info_raw(),
-            );
+            crate::mcp::results::shape_for_stateless(&mut obj, method, private, server_info_raw());
             if crate::mcp::results::is_input_required(&obj) {
                 // A stateless-era backend asks for input: its state goes to the client
                 // sealed, so only this caller can bring it back, for this call.

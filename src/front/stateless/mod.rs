@@ -76,20 +76,39 @@ pub(crate) fn is_stateless(headers: &HeaderMap, m: &Message) -> bool {
     meta_of(params).is_some_and(|m| m.keys().any(|k| k.starts_with(META_PREFIX)))
 }
 
-/// A request's params split for reading: every field but `arguments` parsed, and all
-/// of them as the client wrote them (what is relayed).
-type Split = (Map<String, Value>, crate::mcp::results::Fields);
+/// A request's params split in one pass: every top-level field but `arguments`
+/// parsed, `arguments` (the bulk of a large call) kept as the client wrote it.
+pub(super) struct Split {
+    pub(super) params: Map<String, Value>,
+    pub(super) arguments: Option<Box<RawValue>>,
+}
 
-/// [`Split`] of params that are an object (`None` otherwise).
-fn split_arguments(raw: &RawValue) -> Option<Split> {
-    let fields: crate::mcp::results::Fields = serde_json::from_str(raw.get()).ok()?;
-    let params = fields
-        .iter()
-        .filter(|(k, _)| *k != "arguments")
-        .map(|(k, v)| serde_json::from_str::<Value>(v.get()).map(|v| (k.clone(), v)))
-        .collect::<Result<Map<String, Value>, _>>()
-        .ok()?;
-    Some((params, fields))
+impl<'de> serde::Deserialize<'de> for Split {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Fields;
+        impl<'de> serde::de::Visitor<'de> for Fields {
+            type Value = Split;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut a: A) -> Result<Split, A::Error> {
+                let mut split = Split {
+                    params: Map::new(),
+                    arguments: None,
+                };
+                while let Some(k) = a.next_key::<String>()? {
+                    if k == "arguments" {
+                        split.arguments = Some(a.next_value()?);
+                    } else {
+                        let v: Value = a.next_value()?;
+                        split.params.insert(k, v);
+                    }
+                }
+                Ok(split)
+            }
+        }
+        d.deserialize_map(Fields)
+    }
 }
 
 fn meta_of(params: Option<&RawValue>) -> Option<Map<String, Value>> {
@@ -151,10 +170,17 @@ pub(crate) async fn post(
     };
     // The top-level fields are read; a tool's `arguments` (the bulk of a large
     // call) are relayed as the client wrote them.
-    let (params, fields) = match req.params.as_deref().map(split_arguments) {
-        None => (Map::new(), crate::mcp::results::Fields::new()),
-        Some(Some(p)) => p,
-        Some(None) => {
+    let parsed = req
+        .params
+        .as_deref()
+        .map(|p| serde_json::from_str::<Split>(p.get()));
+    let Split { params, arguments } = match parsed {
+        None => Split {
+            params: Map::new(),
+            arguments: None,
+        },
+        Some(Ok(p)) => p,
+        Some(Err(_)) => {
             return answer(
                 StatusCode::BAD_REQUEST,
                 Some(req.id),
@@ -199,8 +225,8 @@ pub(crate) async fn post(
         let mirrored = declared.get(name).unwrap_or(&none);
         let sent_any = headers.keys().any(|k| k.as_str().starts_with("mcp-param-"));
         if !mirrored.is_empty() || sent_any {
-            let arguments = fields
-                .get("arguments")
+            let arguments = arguments
+                .as_deref()
                 .and_then(|a| serde_json::from_str(a.get()).ok())
                 .unwrap_or(Value::Null);
             if let Err(why) = crate::mcp::param::check(mirrored, &arguments, |h| {
@@ -219,7 +245,7 @@ pub(crate) async fn post(
         "subscriptions/listen" => listen(app, internal, req.id, &params).await,
         _ => {
             call(
-                app, principal, internal, req, params, fields, declared, accepts,
+                app, principal, internal, req, params, arguments, declared, accepts,
             )
             .await
         }
@@ -245,34 +271,41 @@ const RESTATED_META: [&str; 3] = [
     crate::mcp::META_LOG_LEVEL,
 ];
 
-/// Takes the protocol's own `_meta` keys (`io.modelcontextprotocol/…`) out of
-/// `fields` (the params as relayed; `params` is the same request parsed) and
-/// returns those a backend connection does not restate, for
-/// [`crate::call::ClientView::meta`]. The client's other `_meta` keys stay.
-pub(super) fn take_modern_meta(
-    fields: &mut crate::mcp::results::Fields,
+/// The params of a request as relayed to a backend: `params` (the request's
+/// parsed top level) and its `arguments` as written, without the protocol's own
+/// `_meta` keys (`io.modelcontextprotocol/…`). Those a backend connection does not
+/// restate are returned, for [`crate::call::ClientView::meta`]; the client's other
+/// `_meta` keys stay.
+pub(super) fn relayed(
     params: &Map<String, Value>,
-) -> Option<Map<String, Value>> {
-    let Some(Value::Object(meta)) = params.get("_meta") else {
-        return None;
-    };
-    if !meta.keys().any(|k| k.starts_with(META_PREFIX)) {
-        return None;
-    }
-    let (mut modern, mut rest) = (Map::new(), Map::new());
-    for (k, v) in meta {
-        if !k.starts_with(META_PREFIX) {
-            rest.insert(k.clone(), v.clone());
-        } else if !RESTATED_META.contains(&k.as_str()) {
-            modern.insert(k.clone(), v.clone());
+    arguments: Option<Box<RawValue>>,
+) -> (crate::mcp::results::Fields, Option<Map<String, Value>>) {
+    let mut fields = crate::mcp::results::Fields::with_capacity(params.len() + 1);
+    let mut modern = Map::new();
+    for (k, v) in params {
+        match v {
+            Value::Object(meta) if k == "_meta" => {
+                let mut rest = Map::new();
+                for (k, v) in meta {
+                    if !k.starts_with(META_PREFIX) {
+                        rest.insert(k.clone(), v.clone());
+                    } else if !RESTATED_META.contains(&k.as_str()) {
+                        modern.insert(k.clone(), v.clone());
+                    }
+                }
+                if !rest.is_empty() {
+                    fields.insert(k.clone(), to_raw(&rest));
+                }
+            }
+            _ => {
+                fields.insert(k.clone(), to_raw(v));
+            }
         }
     }
-    if rest.is_empty() {
-        fields.shift_remove("_meta");
-    } else {
-        fields.insert("_meta".into(), to_raw(&rest));
+    if let Some(a) = arguments {
+        fields.insert("arguments".into(), a);
     }
-    (!modern.is_empty()).then_some(modern)
+    (fields, (!modern.is_empty()).then_some(modern))
 }
 
 /// `cacheScope` of Gantry's answers: `private` as soon as callers are told apart
