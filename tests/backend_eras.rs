@@ -123,20 +123,7 @@ async fn a_stateless_clients_meta_reaches_a_stateless_backend_as_declared() {
             "io.modelcontextprotocol/logLevel":"error",
             "example.com/tag":"t1"}}}}}}"#
     );
-    let resp = reqwest::Client::new()
-        .post(&g.url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", "tools/call")
-        .header("mcp-name", "echo")
-        .bearer_auth("alice-key")
-        .body(body)
-        .send()
-        .await
-        .unwrap();
-    let r = Client::read(resp).await;
-    let r = r.response(&json!(1)).cloned().unwrap();
+    let r = post_stateless_call(&g, "alice-key", "echo", 1, body).await;
     assert_eq!(text_of(&r), "hi", "{r}");
     let call = recorded(&record)
         .into_iter()
@@ -222,18 +209,22 @@ async fn stateless_call(g: &Gantry, key: &str, id: i64, args: Value, extra: Valu
     for (k, v) in extra.as_object().unwrap() {
         params[k] = v.clone();
     }
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params});
+    post_stateless_call(g, key, "ask", id, body.to_string()).await
+}
+
+/// POSTs `body`, a stateless-era `tools/call` of `tool` with id `id`, as the caller
+/// of API key `key`; the response to it.
+async fn post_stateless_call(g: &Gantry, key: &str, tool: &str, id: i64, body: String) -> Value {
     let resp = reqwest::Client::new()
         .post(&g.url)
         .header("content-type", "application/json")
         .header("accept", "application/json, text/event-stream")
         .header("mcp-protocol-version", "2026-07-28")
         .header("mcp-method", "tools/call")
-        .header("mcp-name", "ask")
+        .header("mcp-name", tool)
         .bearer_auth(key)
-        .body(
-            json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params})
-                .to_string(),
-        )
+        .body(body)
         .send()
         .await
         .unwrap();

@@ -133,15 +133,19 @@ impl Session {
         if !stateless && !crate::jsonrpc::mentions(line, "\"server/discover\"") {
             return;
         }
-        let Ok(crate::jsonrpc::Message::Request(r)) =
-            crate::jsonrpc::Message::parse(line.as_bytes())
+        // Read in one pass, borrowing: the rest (a tool's arguments) is skipped.
+        let Ok(Head {
+            id: Some(_),
+            method: Some(method),
+            params,
+        }) = serde_json::from_str::<Head>(line)
         else {
             return;
         };
-        if !stateless && r.method != "server/discover" {
+        if !stateless && method != "server/discover" {
             return;
         }
-        if let Ok(v) = HeaderValue::from_str(&r.method) {
+        if let Ok(v) = HeaderValue::from_str(&method) {
             h.insert(HeaderName::from_static("mcp-method"), v);
         }
         if !stateless {
@@ -150,8 +154,12 @@ impl Session {
                 HeaderValue::from_static(crate::mcp::STATELESS_VERSION),
             );
         }
-        let field = crate::mcp::header::name_field(&r.method);
-        if let Some(v) = field.and_then(|f| crate::jsonrpc::string_field(r.params.as_deref(), f)) {
+        let name = match (crate::mcp::header::name_field(&method), params) {
+            (Some("uri"), Some(p)) => p.uri,
+            (Some(_), Some(p)) => p.name,
+            _ => None,
+        };
+        if let Some(v) = name {
             if let Ok(v) = HeaderValue::from_str(&crate::mcp::header::encode(&v)) {
                 h.insert(HeaderName::from_static("mcp-name"), v);
             }
@@ -657,4 +665,25 @@ impl Drop for LiveSession<'_> {
     fn drop(&mut self) {
         *self.0.http.write() = None;
     }
+}
+
+/// What the stateless era's headers take from an outgoing request (`id` only tells a
+/// request from a notification).
+#[derive(serde::Deserialize)]
+struct Head<'a> {
+    #[serde(default)]
+    id: Option<serde::de::IgnoredAny>,
+    #[serde(borrow, default)]
+    method: Option<std::borrow::Cow<'a, str>>,
+    #[serde(borrow, default)]
+    params: Option<HeadParams<'a>>,
+}
+
+/// The params fields `Mcp-Name` mirrors.
+#[derive(serde::Deserialize)]
+struct HeadParams<'a> {
+    #[serde(borrow, default)]
+    name: Option<std::borrow::Cow<'a, str>>,
+    #[serde(borrow, default)]
+    uri: Option<std::borrow::Cow<'a, str>>,
 }

@@ -2266,6 +2266,17 @@ mod direct {
             return (StatusCode::NOT_FOUND, "unknown session").into_response();
         }
         match method {
+            // It speaks both eras, as a dual-era server does: Gantry's stateless-era
+            // callers get a stateless-era connection to it (`http` mode with
+            // `--era stateless`), its session-era callers a session.
+            "server/discover" if stateless => json_response(
+                json!({"jsonrpc":"2.0","id":id,"result":{"resultType":"complete",
+                    "supportedVersions":[super::STATELESS_PROTOCOL],
+                    "capabilities":{"tools":{}},
+                    "_meta":{"io.modelcontextprotocol/serverInfo":
+                        {"name":"gantry-bench-direct","version":env!("CARGO_PKG_VERSION")}}}}),
+                None,
+            ),
             "tools/call" if stateless => {
                 let text = msg
                     .pointer("/params/arguments/message")
