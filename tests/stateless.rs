@@ -283,8 +283,23 @@ async fn discover_and_results_carry_the_era_fields_and_session_clients_are_uncha
 
 #[tokio::test]
 async fn progress_streams_and_logs_only_when_asked() {
-    let g = Gantry::example_stdio();
-    let c = Stateless::new(&g);
+    progress_and_logs(&Gantry::example_stdio()).await;
+}
+
+/// The same through a stateless-era HTTP backend, whose notifications and result
+/// can all come in one read of its response stream.
+#[tokio::test]
+async fn a_stateless_http_backends_progress_and_logs_reach_the_client() {
+    let backend = common::HttpServer::start(&example_bin(), &[], &[]);
+    let g = Gantry::with_config(&format!(
+        "[[backends]]\nname = \"example\"\nhttp = {{ url = {:?} }}\n",
+        backend.url
+    ));
+    progress_and_logs(&g).await;
+}
+
+async fn progress_and_logs(g: &Gantry) {
+    let c = Stateless::new(g);
     let mut params = json!({"name": "test_tool_with_progress", "arguments": {}});
     params["_meta"] = json!({"progressToken": "p-1"});
     let r = bounded(

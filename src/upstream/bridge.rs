@@ -8,7 +8,7 @@ use super::handshake::own_meta;
 use super::listen::LISTEN_ACK_WAIT;
 use crate::call::CallCtx;
 use crate::jsonrpc::{code, empty_object, to_raw, RequestId, Response, RpcError};
-use crate::mcp::results::InputRound;
+use crate::mcp::results::{Fields, InputRound};
 use crate::mcp::{Era, META_PREFIX, STATELESS_VERSION};
 use serde_json::value::RawValue;
 use std::sync::atomic::Ordering;
@@ -52,14 +52,22 @@ pub(super) fn for_session_era(params: Option<Box<RawValue>>) -> Option<Box<RawVa
 }
 
 /// Params for a stateless-era backend: `_meta` says which version, and what the
-/// client can do and wants to hear.
+/// client can do and wants to hear. Only the top level and `_meta` are read; the
+/// rest (a tool's arguments) is relayed as written.
 pub(super) fn for_stateless_era(
     params: Option<Box<RawValue>>,
     client: &crate::call::ClientView,
-) -> serde_json::Map<String, serde_json::Value> {
-    let mut p = parse_object(params.as_deref()).unwrap_or_default();
-    let meta = p.entry("_meta").or_insert_with(|| serde_json::json!({}));
-    if let Some(m) = meta.as_object_mut() {
+) -> Fields {
+    let mut p: Fields = params
+        .as_deref()
+        .and_then(|r| serde_json::from_str(r.get()).ok())
+        .unwrap_or_default();
+    // A `_meta` that is not an object is left as the client wrote it.
+    let meta = match p.get("_meta") {
+        None => Some(serde_json::Map::new()),
+        Some(m) => serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(m.get()).ok(),
+    };
+    if let Some(mut m) = meta {
         for (k, v) in client.meta.iter().flat_map(|m| m.iter()) {
             m.insert(k.clone(), v.clone());
         }
@@ -83,6 +91,7 @@ pub(super) fn for_stateless_era(
                 m.remove(crate::mcp::META_LOG_LEVEL);
             }
         }
+        p.insert("_meta".into(), to_raw(&m));
     }
     p
 }
@@ -202,9 +211,12 @@ pub(super) async fn call_stateless(
             }
         }
         let mut next = base.clone();
-        next.insert("inputResponses".into(), serde_json::Value::Object(answers));
+        next.insert(
+            "inputResponses".into(),
+            to_raw(&serde_json::Value::Object(answers)),
+        );
         if let Some(state) = round.state {
-            next.insert("requestState".into(), state);
+            next.insert("requestState".into(), to_raw(&state));
         }
         params = Some(to_raw(&next));
     }
@@ -217,12 +229,11 @@ pub(super) async fn call_stateless(
 /// The `Mcp-Param-*` headers of a `tools/call` to a stateless-era HTTP backend,
 /// from the tool's `x-mcp-header` declarations (listed from the backend once,
 /// and again after it announces a change).
-async fn param_headers(
-    core: &Arc<Core>,
-    gen: u64,
-    params: &serde_json::Map<String, serde_json::Value>,
-) -> Vec<(String, String)> {
-    let Some(name) = params.get("name").and_then(serde_json::Value::as_str) else {
+async fn param_headers(core: &Arc<Core>, gen: u64, params: &Fields) -> Vec<(String, String)> {
+    let Some(name) = params
+        .get("name")
+        .and_then(|n| serde_json::from_str::<String>(n.get()).ok())
+    else {
         return Vec::new();
     };
     let known = core.tool_headers.lock().clone();
@@ -237,12 +248,13 @@ async fn param_headers(
             d
         }
     };
-    let Some(mirrored) = declared.get(name) else {
+    let Some(mirrored) = declared.get(&name).filter(|m| !m.is_empty()) else {
         return Vec::new();
     };
+    // Parsed only for a tool that declares headers.
     let arguments = params
         .get("arguments")
-        .cloned()
+        .and_then(|a| serde_json::from_str(a.get()).ok())
         .unwrap_or(serde_json::Value::Null);
     crate::mcp::param::headers_for(mirrored, &arguments)
 }
@@ -275,7 +287,7 @@ async fn list_tool_headers(core: &Arc<Core>, gen: u64) -> (crate::mcp::param::To
 
 #[cfg(test)]
 mod tests {
-    use super::for_session_era;
+    use super::{for_session_era, for_stateless_era};
     use serde_json::value::RawValue;
 
     fn raw(s: &str) -> Option<Box<RawValue>> {
@@ -305,5 +317,41 @@ mod tests {
         let params = r#"{"name": "echo", "arguments": {"x": 1}}"#;
         let out = for_session_era(raw(params)).map(|r| r.get().to_owned());
         assert_eq!(out.as_deref(), Some(params));
+    }
+
+    #[test]
+    fn stateless_era_params_carry_the_clients_meta_and_the_arguments_as_written() {
+        let args = r#"{ "b": 1.50, "a" : [1,2] }"#;
+        let params =
+            format!(r#"{{"name":"echo","arguments":{args},"_meta":{{"progressToken":7}}}}"#);
+        let mut meta = serde_json::Map::new();
+        meta.insert(
+            "io.modelcontextprotocol/clientInfo".into(),
+            serde_json::json!({"name": "c"}),
+        );
+        let client = crate::call::ClientView {
+            capabilities: Some(std::sync::Arc::new(serde_json::json!({"roots": {}}))),
+            log_level: Some("info"),
+            meta: Some(std::sync::Arc::new(meta)),
+            ..Default::default()
+        };
+        let out = for_stateless_era(raw(&params), &client);
+        assert_eq!(out.get("arguments").map(|a| a.get()), Some(args));
+        let meta: serde_json::Value =
+            serde_json::from_str(out.get("_meta").map_or("null", |m| m.get())).unwrap_or_default();
+        assert_eq!(
+            meta,
+            serde_json::json!({
+                "progressToken": 7,
+                "io.modelcontextprotocol/clientInfo": {"name": "c"},
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {"roots": {}},
+                "io.modelcontextprotocol/logLevel": "info",
+            })
+        );
+        // No params at all: just the `_meta` Gantry states.
+        let out = for_stateless_era(None, &crate::call::ClientView::default());
+        let keys: Vec<&str> = out.keys().map(String::as_str).collect();
+        assert_eq!(keys, ["_meta"]);
     }
 }

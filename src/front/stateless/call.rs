@@ -113,6 +113,9 @@ impl Downstream for CallSink {
 pub(super) enum Done {
     Inline(SyncWrapper<BoxFuture<'static, Option<Response>>>),
     Spawned(oneshot::Receiver<Option<Response>>),
+    /// Finished, its answer not taken yet: notifications it sent in the very poll
+    /// that finished it (an HTTP backend's stream read in that poll) go first.
+    Ready(Option<Response>),
     /// Already answered.
     Taken,
 }
@@ -165,6 +168,7 @@ impl std::future::Future for Done {
                 Poll::Ready(r) => r.ok().flatten(),
                 Poll::Pending => return Poll::Pending,
             },
+            Done::Ready(r) => r.take(),
             Done::Taken => None,
         };
         *this = Done::Taken;
@@ -369,7 +373,13 @@ pub(super) async fn drive(
         let up = tokio::select! {
             biased;
             up = running.up.recv() => up,
-            r = &mut running.done => return complete(&app, &method, binding.as_ref(), id, r, accepts),
+            r = &mut running.done => {
+                if running.up.is_empty() {
+                    return complete(&app, &method, binding.as_ref(), id, r, accepts);
+                }
+                running.done = Done::Ready(r);
+                continue;
+            }
         };
         match up {
             None => {
@@ -629,6 +639,10 @@ pub(super) fn stream(
                 biased;
                 up = running.up.recv() => up,
                 r = &mut running.done => {
+                    if !running.up.is_empty() {
+                        running.done = Done::Ready(r);
+                        continue;
+                    }
                     let (_, body) = final_message(&app, &method, binding.as_ref(), id, r);
                     let _ = tx.send(event(body)).await;
                     return;
