@@ -50,13 +50,8 @@ pub fn shape_for_stateless(
                 .or_insert_with(|| to_raw(&"public"));
         }
     }
-    // `_meta` is read by its keys only; one that is not an object is left as the
-    // backend wrote it.
-    let meta = match result.get("_meta") {
-        None => Some(Fields::new()),
-        Some(m) => serde_json::from_str::<Fields>(m.get()).ok(),
-    };
-    if let Some(mut meta) = meta {
+    // `_meta` is read by its keys only.
+    if let Some(mut meta) = meta_object::<Fields>(result) {
         if !meta.contains_key(META_SERVER_INFO) {
             meta.insert(META_SERVER_INFO.into(), server_info.to_owned());
             result.insert("_meta".into(), to_raw(&meta));
@@ -99,6 +94,15 @@ pub fn splice_for_stateless(
     out.push_str(server_info.get());
     out.push_str("}}");
     true
+}
+
+/// The `_meta` object of `fields`, parsed as `T` (empty when there is none);
+/// `None` when it is not an object, which is then left as it was written.
+pub fn meta_object<T: serde::de::DeserializeOwned + Default>(fields: &Fields) -> Option<T> {
+    match fields.get("_meta") {
+        None => Some(T::default()),
+        Some(m) => serde_json::from_str(m.get()).ok(),
+    }
 }
 
 /// Whether a shaped result asks for input.

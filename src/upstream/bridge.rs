@@ -8,7 +8,7 @@ use super::handshake::own_meta;
 use super::listen::LISTEN_ACK_WAIT;
 use crate::call::CallCtx;
 use crate::jsonrpc::{code, empty_object, to_raw, RequestId, Response, RpcError};
-use crate::mcp::results::{Fields, InputRound};
+use crate::mcp::results::{meta_object, Fields, InputRound};
 use crate::mcp::{Era, META_PREFIX, STATELESS_VERSION};
 use serde_json::value::RawValue;
 use std::sync::atomic::Ordering;
@@ -37,10 +37,7 @@ pub(super) fn for_session_era(params: Option<Box<RawValue>>) -> Option<Box<RawVa
     };
     p.shift_remove("inputResponses");
     p.shift_remove("requestState");
-    let meta = p.get("_meta").and_then(|m| {
-        serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(m.get()).ok()
-    });
-    if let Some(mut meta) = meta {
+    if let Some(mut meta) = meta_object::<serde_json::Map<String, serde_json::Value>>(&p) {
         meta.retain(|k, _| !k.starts_with(META_PREFIX));
         if meta.is_empty() {
             p.shift_remove("_meta");
@@ -62,12 +59,7 @@ pub(super) fn for_stateless_era(
         .as_deref()
         .and_then(|r| serde_json::from_str(r.get()).ok())
         .unwrap_or_default();
-    // A `_meta` that is not an object is left as the client wrote it.
-    let meta = match p.get("_meta") {
-        None => Some(serde_json::Map::new()),
-        Some(m) => serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(m.get()).ok(),
-    };
-    if let Some(mut m) = meta {
+    if let Some(mut m) = meta_object::<serde_json::Map<String, serde_json::Value>>(&p) {
         for (k, v) in client.meta.iter().flat_map(|m| m.iter()) {
             m.insert(k.clone(), v.clone());
         }
