@@ -77,6 +77,16 @@ impl LeanConn {
         headers: &[(&str, &str)],
         body: String,
     ) -> Result<Answer> {
+        self.send_bytes(method, headers, Bytes::from(body)).await
+    }
+
+    /// [`LeanConn::send`] of a body already in bytes.
+    pub(crate) async fn send_bytes(
+        &self,
+        method: http::Method,
+        headers: &[(&str, &str)],
+        body: Bytes,
+    ) -> Result<Answer> {
         tokio::time::timeout(self.timeout, self.send_once(method, headers, body))
             .await
             .map_err(|_| anyhow!("no answer within {:?}", self.timeout))?
@@ -86,9 +96,8 @@ impl LeanConn {
         &self,
         method: http::Method,
         headers: &[(&str, &str)],
-        body: String,
+        body: Bytes,
     ) -> Result<Answer> {
-        let body = Bytes::from(body);
         let mut slot = self.sender.lock().await;
         // A kept connection the server closed: one new one, once.
         for attempt in 0..2 {

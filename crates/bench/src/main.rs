@@ -45,6 +45,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 mod lean;
+mod relay;
 mod soak;
 
 /// The `session_mode` values of Gantry the bench can measure. Adding a mode is one
@@ -183,6 +184,12 @@ struct Cli {
     /// Internal: run the minimal stdio echo MCP server.
     #[arg(long, hide = true)]
     serve_stdio_echo: bool,
+    /// Internal: run a relay (`stdio`, `per-session`, `http`; see relay.rs).
+    #[arg(long, hide = true, value_name = "KIND")]
+    serve_relay: Option<String>,
+    /// Internal: the HTTP backend of `--serve-relay http`.
+    #[arg(long, hide = true, value_name = "URL")]
+    relay_to: Option<String>,
 }
 
 /// Modes other than the closed-loop matrix.
@@ -201,13 +208,24 @@ enum Target {
     Direct,
     /// Gantry with the example server over stdio in this `session_mode`.
     Gantry(&'static str),
+    /// The floor of one backend hop: a relay that does only what cannot be avoided
+    /// (see relay.rs), in front of the same echo backend as that Gantry mode.
+    Relay(&'static str),
 }
+
+/// The relays (`relay-<mode>`): the Gantry mode each is the floor of, and the kind
+/// `--serve-relay` takes.
+const RELAYS: &[(&str, &str, &str)] = &[
+    ("relay", "shared", "stdio"),
+    ("relay-per-session", "per-session", "per-session"),
+    ("relay-http", "http", "http"),
+];
 
 impl Target {
     fn name(self) -> &'static str {
         match self {
             Target::Direct => "direct",
-            Target::Gantry(mode) => mode,
+            Target::Gantry(mode) | Target::Relay(mode) => mode,
         }
     }
 }
@@ -216,11 +234,21 @@ fn parse_target(s: &str) -> Result<Target, String> {
     if s == "direct" {
         return Ok(Target::Direct);
     }
+    if let Some((name, ..)) = RELAYS.iter().find(|r| r.0 == s) {
+        return Ok(Target::Relay(name));
+    }
     GANTRY_MODES
         .iter()
         .find(|m| **m == s)
         .map(|m| Target::Gantry(m))
-        .ok_or_else(|| format!("`{s}` is not one of: direct, {}", GANTRY_MODES.join(", ")))
+        .ok_or_else(|| {
+            let relays: Vec<&str> = RELAYS.iter().map(|r| r.0).collect();
+            format!(
+                "`{s}` is not one of: direct, {}, {}",
+                GANTRY_MODES.join(", "),
+                relays.join(", ")
+            )
+        })
 }
 
 fn main() -> ExitCode {
@@ -230,6 +258,15 @@ fn main() -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("gantry-bench stdio echo server: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    if let Some(kind) = &cli.serve_relay {
+        return match relay::serve(kind, cli.relay_to.as_deref()) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("gantry-bench relay: {e:#}");
                 ExitCode::FAILURE
             }
         };
@@ -675,7 +712,35 @@ async fn start_target(env: &Env, target: Target, max_sessions: usize) -> Result<
             .await
         }
         Target::Gantry(mode) => start_gantry(env, mode, max_sessions).await,
+        Target::Relay(name) => start_relay(env, name).await,
     }
+}
+
+async fn start_relay(env: &Env, name: &str) -> Result<Server> {
+    let kind = RELAYS.iter().find(|r| r.0 == name).map_or("stdio", |r| r.2);
+    let mut args: Vec<OsString> = vec!["--serve-relay".into(), kind.into()];
+    // `relay-http`: the very server `direct` measures behind it, as for `http`.
+    let backend = if kind == "http" {
+        let b = Server::start(
+            "direct (relay backend)",
+            &env.bench,
+            &["--serve-direct".into()],
+            &[],
+            "direct listening on ",
+            true,
+        )
+        .await?;
+        args.extend(["--relay-to".into(), b.url.clone().into()]);
+        Some(b)
+    } else {
+        None
+    };
+    Server::start(name, &env.bench, &args, &[], "relay listening on ", true)
+        .await
+        .map(|mut s| {
+            s.companion = backend.map(Box::new);
+            s
+        })
 }
 
 async fn start_gantry(env: &Env, mode: &str, max_sessions: usize) -> Result<Server> {
@@ -1991,7 +2056,8 @@ mod proc {
         procs: HashMap<u32, ProcCpu>,
     }
 
-    /// `root` and its direct children running the same executable (gantry's worker).
+    /// `root` and its direct children running the same executable (gantry's worker), not
+    /// counting a relay's echo backends (also `gantry-bench`).
     fn server_procs(root: u32) -> Vec<u32> {
         let exe = |p: u32| std::fs::read_link(format!("/proc/{p}/exe")).ok();
         let mine = exe(root);
@@ -2001,9 +2067,17 @@ mod proc {
                 .into_iter()
                 .map(|(p, _)| p)
                 .filter(|p| stat(*p).is_some_and(|s| s.ppid == root))
-                .filter(|p| mine.is_some() && exe(*p) == mine),
+                .filter(|p| mine.is_some() && exe(*p) == mine)
+                .filter(|p| !is_bench_echo(*p)),
         );
         out
+    }
+
+    /// A `gantry-bench --serve-stdio-echo` child: a relay's backend, the same
+    /// executable as the relay but not part of the server process.
+    fn is_bench_echo(pid: u32) -> bool {
+        std::fs::read(format!("/proc/{pid}/cmdline"))
+            .is_ok_and(|c| c.split(|b| *b == 0).any(|a| a == b"--serve-stdio-echo"))
     }
 
     fn proc_cpu(pid: u32) -> Option<ProcCpu> {
