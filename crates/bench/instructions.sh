@@ -12,10 +12,11 @@
 # warm-up and covers a few seconds of load; calls are counted in the profile itself
 # (hyper's response encoder runs once per HTTP response). Memory copies are counted
 # per byte (`rep movsb`), so large payloads weigh copies far above their real cost.
+# KEEP_PROFILE=FILE keeps the callgrind profile (for callgrind_annotate --inclusive=yes).
 set -euo pipefail
 
 if [[ $# -lt 4 ]]; then
-    sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
 fi
 gantry=$(realpath "$1")
@@ -64,6 +65,7 @@ callgrind_control -d "$gateway" >/dev/null 2>&1
 callgrind_control -i off "$gateway" >/dev/null 2>&1
 wait $load || { cat "$work/bench.out" >&2; exit 1; }
 profile=$(ls -S "$work"/cg."$gateway".* | head -1)
+if [[ -n ${KEEP_PROFILE:-} ]]; then cp "$profile" "$KEEP_PROFILE"; fi
 python3 - "$profile" "$mode" "$payload" "$clients" "$*" <<'EOF'
 import re, sys
 path, mode, payload, clients, extra = sys.argv[1:]
