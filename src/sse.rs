@@ -133,6 +133,12 @@ impl Parser {
 /// JSON tokens) are blanked so the event stays one `data:` line.
 pub fn message_event(id: Option<&str>, data: &str) -> String {
     let mut s = String::with_capacity(data.len() + 48);
+    push_message_event(&mut s, id, data);
+    s
+}
+
+/// [`message_event`], appended to `s`.
+pub fn push_message_event(s: &mut String, id: Option<&str>, data: &str) {
     if let Some(id) = id {
         s.push_str("id: ");
         s.push_str(id);
@@ -148,7 +154,6 @@ pub fn message_event(id: Option<&str>, data: &str) -> String {
         s.push_str(data);
     }
     s.push_str("\n\n");
-    s
 }
 
 #[cfg(test)]

@@ -89,31 +89,30 @@ impl Accepts {
         let mut json = false;
         let mut sse = false;
         let mut any = false;
-        let values: Vec<&str> = headers
+        let mut stated = false;
+        let parts = headers
             .get_all(header::ACCEPT)
             .iter()
             .filter_map(|v| v.to_str().ok())
-            .collect();
-        if values.is_empty() {
+            .inspect(|_| stated = true)
+            .flat_map(|v| v.split(','));
+        for part in parts {
+            let mime = part.split(';').next().unwrap_or_default().trim();
+            let is = |m: &str| mime.eq_ignore_ascii_case(m);
+            if is("application/json") || is("application/*") {
+                json = true;
+            } else if is("text/event-stream") || is("text/*") {
+                sse = true;
+            } else if is("*/*") {
+                any = true;
+            }
+        }
+        if !stated {
             // Lenient: a client that states nothing accepts what it gets.
             return Self {
                 json: true,
                 sse: true,
             };
-        }
-        for part in values.iter().flat_map(|v| v.split(',')) {
-            let mime = part
-                .split(';')
-                .next()
-                .unwrap_or_default()
-                .trim()
-                .to_ascii_lowercase();
-            match mime.as_str() {
-                "application/json" | "application/*" => json = true,
-                "text/event-stream" | "text/*" => sse = true,
-                "*/*" => any = true,
-                _ => {}
-            }
         }
         Self {
             json: json || any,

@@ -78,7 +78,6 @@ pub(super) async fn mcp(
 /// then the message itself.
 pub(super) async fn post(app: Arc<App>, principal: Principal, req: HttpRequest) -> HttpResponse {
     let (parts, body) = req.into_parts();
-    let client = quota_key(&principal, &parts.extensions);
     let peer = super::edge::peer_ip(&parts.extensions);
     let headers = parts.headers;
     let accepts = match negotiate(&headers) {
@@ -128,6 +127,8 @@ pub(super) async fn post(app: Arc<App>, principal: Principal, req: HttpRequest) 
                 {
                     return resp;
                 }
+                // Whom the new session counts against: formatted only here, not per call.
+                let client = quota_key(&principal, &parts.extensions);
                 initialize(app, principal, client.as_deref(), r, accepts).await
             }
             Err(e) => e.into_response(),
@@ -189,9 +190,13 @@ fn negotiate(headers: &HeaderMap) -> Result<Accepts, FrontError> {
     }
     let ctype = headers
         .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
+        .map(|v| v.as_bytes())
         .unwrap_or_default();
-    if !ctype.to_ascii_lowercase().starts_with("application/json") {
+    const JSON: &[u8] = b"application/json";
+    if !ctype
+        .get(..JSON.len())
+        .is_some_and(|t| t.eq_ignore_ascii_case(JSON))
+    {
         return Err(FrontError::UnsupportedMediaType);
     }
     Ok(accepts)
@@ -529,17 +534,18 @@ pub(super) async fn single(
     if let Some(only) = stream.final_within(Duration::ZERO).await {
         session.forget_stream(stream.id);
         let mut body = String::with_capacity(only.len() + 96);
+        use std::fmt::Write as _;
         if let Some(retry) = app.body_options(&session, true, true).priming {
-            body.push_str(&format!(
+            // Writing into a String cannot fail.
+            let _ = write!(
+                body,
                 "id: {}_0\nretry: {}\ndata: \n\n",
                 stream.id,
                 retry.as_millis()
-            ));
+            );
         }
-        body.push_str(&crate::sse::message_event(
-            Some(&format!("{}_1", stream.id)),
-            &only,
-        ));
+        let id = format!("{}_1", stream.id);
+        crate::sse::push_message_event(&mut body, Some(&id), &only);
         // A complete body: sent with Content-Length, the connection stays open.
         return with_sse_headers(HttpResponse::new(Body::from(body)));
     }

@@ -450,21 +450,63 @@ pub fn json_string(s: &str) -> String {
 /// (progress tokens, names, URIs) without touching anything else.
 pub type RawMap = serde_json::Map<String, serde_json::Value>;
 
-/// Reads one string field of raw params (e.g. `name`, `uri`) without a full parse.
+/// A fixed string Gantry looks for in messages, its searcher built once: building
+/// one (what `memmem::find` does on every call) costs more than scanning a small
+/// message. Made by [`needle!`](crate::needle).
+pub type Needle = std::sync::LazyLock<memchr::memmem::Finder<'static>>;
+
+/// `needle!("text")`: a `&'static` [`Needle`] for a constant string.
+#[macro_export]
+macro_rules! needle {
+    ($text:expr) => {{
+        static NEEDLE: $crate::jsonrpc::Needle =
+            $crate::jsonrpc::Needle::new(|| ::memchr::memmem::Finder::new($text));
+        &NEEDLE
+    }};
+}
+
 /// Whether `needle` occurs in `text`: the cheap test before parsing a message for
 /// something it rarely holds (a vectorized search; a large message is scanned in
 /// well under a microsecond).
-pub fn mentions(text: &str, needle: &str) -> bool {
-    memchr::memmem::find(text.as_bytes(), needle.as_bytes()).is_some()
+pub fn mentions(text: &str, needle: &Needle) -> bool {
+    needle.find(text.as_bytes()).is_some()
 }
 
+/// Reads one string field of raw params (e.g. `name`, `uri`) without a full parse:
+/// the other fields are skipped, not collected.
 pub fn string_field(params: Option<&RawValue>, field: &str) -> Option<String> {
-    #[derive(Deserialize)]
-    struct Any<'a>(#[serde(borrow)] std::collections::HashMap<&'a str, &'a RawValue>);
+    use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, Visitor};
+    struct Field<'f>(&'f str);
+    impl<'de> Visitor<'de> for Field<'_> {
+        type Value = Option<String>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("an object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut found = None;
+            while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                if key == self.0 {
+                    // A string, or nothing (the field is there but is no string).
+                    // A repeated key: the last one counts, as in the JSON parsers of
+                    // the backends (JavaScript's, Python's) that act on it.
+                    let v: &RawValue = map.next_value()?;
+                    found = Some(serde_json::from_str::<String>(v.get()).ok());
+                } else {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+            Ok(found.flatten())
+        }
+    }
+    impl<'de> DeserializeSeed<'de> for Field<'_> {
+        type Value = Option<String>;
+        fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_map(self)
+        }
+    }
     let p = params?;
-    let map: Any<'_> = serde_json::from_str(p.get()).ok()?;
-    let v = map.0.get(field)?;
-    serde_json::from_str::<String>(v.get()).ok()
+    let mut de = serde_json::Deserializer::from_str(p.get());
+    Field(field).deserialize(&mut de).ok().flatten()
 }
 
 #[cfg(test)]
@@ -532,6 +574,13 @@ mod tests {
         assert_eq!(string_field(Some(&p), "name").as_deref(), Some("x"));
         assert_eq!(string_field(Some(&p), "n"), None);
         assert_eq!(string_field(None, "name"), None);
+        // Only the top level; a repeated key counts by its last value; escapes read.
+        let raw = |s: &str| RawValue::from_string(s.to_owned()).unwrap();
+        let p = raw(r#"{"arguments":{"name":"inner"},"name":"a","name":"b"}"#);
+        assert_eq!(string_field(Some(&p), "name").as_deref(), Some("b"));
+        let p = raw(r#"{"n\u0061me":"x\"y"}"#);
+        assert_eq!(string_field(Some(&p), "name").as_deref(), Some("x\"y"));
+        assert_eq!(string_field(Some(&raw("[1]")), "name"), None);
     }
 }
 

@@ -161,9 +161,13 @@ pub fn strip_stateless_result(result: &mut Map<String, Value>) -> bool {
 /// removes (a cheap test before parsing).
 pub fn may_hold_stateless_fields(text: &str) -> bool {
     // The names of STATELESS_ONLY_RESULT_FIELDS as JSON keys.
-    const QUOTED: [&str; 3] = ["\"resultType\"", "\"ttlMs\"", "\"cacheScope\""];
-    QUOTED.iter().any(|f| crate::jsonrpc::mentions(text, f))
-        || crate::jsonrpc::mentions(text, META_PREFIX)
+    let quoted = [
+        crate::needle!("\"resultType\""),
+        crate::needle!("\"ttlMs\""),
+        crate::needle!("\"cacheScope\""),
+        crate::needle!(META_PREFIX),
+    ];
+    quoted.iter().any(|f| crate::jsonrpc::mentions(text, f))
 }
 
 #[cfg(test)]

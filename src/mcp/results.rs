@@ -75,7 +75,12 @@ pub fn splice_for_stateless(
     let (Some(inner), true) = (text.strip_suffix('}'), text.starts_with('{')) else {
         return false;
     };
-    let named = ["\"resultType\"", "\"_meta\"", "\"ttlMs\"", "\"cacheScope\""];
+    let named = [
+        crate::needle!("\"resultType\""),
+        crate::needle!("\"_meta\""),
+        crate::needle!("\"ttlMs\""),
+        crate::needle!("\"cacheScope\""),
+    ];
     if named.iter().any(|k| crate::jsonrpc::mentions(text, k)) {
         return false;
     }
@@ -128,7 +133,7 @@ impl InputRound {
     /// The input requests of a result, if it is `input_required` (requests without
     /// a method are left out).
     pub fn of(result: &RawValue) -> Option<Self> {
-        if !crate::jsonrpc::mentions(result.get(), INPUT_REQUIRED) {
+        if !crate::jsonrpc::mentions(result.get(), crate::needle!(INPUT_REQUIRED)) {
             return None;
         }
         let r: Map<String, Value> = serde_json::from_str(result.get()).ok()?;

@@ -185,7 +185,7 @@ fn remember_linked_uris(route: &SessionRoute, idx: usize, result: &RawValue) {
         uri: Option<std::borrow::Cow<'a, str>>,
     }
     let raw = result.get();
-    if !crate::jsonrpc::mentions(raw, "\"uri\"") {
+    if !crate::jsonrpc::mentions(raw, crate::needle!("\"uri\"")) {
         return;
     }
     let Ok(r) = serde_json::from_str::<Result<'_>>(raw) else {

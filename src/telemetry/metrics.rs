@@ -495,10 +495,10 @@ impl Metrics {
         let answered = matches!(outcome, Outcome::Ok | Outcome::Error);
         let tool = {
             let mut known = self.tool_labels.lock();
-            if answered && (known.contains(tool) || known.len() < MAX_TOOL_LABELS) {
-                known.insert(tool.to_owned());
+            if known.contains(tool) {
                 tool
-            } else if known.contains(tool) {
+            } else if answered && known.len() < MAX_TOOL_LABELS {
+                known.insert(tool.to_owned());
                 tool
             } else {
                 "other"

@@ -24,9 +24,9 @@ pub(super) fn for_session_era(params: Option<Box<RawValue>>) -> Option<Box<RawVa
     let raw = params?;
     let text = raw.get();
     use crate::jsonrpc::mentions;
-    if !(mentions(text, META_PREFIX)
-        || mentions(text, "\"inputResponses\"")
-        || mentions(text, "\"requestState\""))
+    if !(mentions(text, crate::needle!(META_PREFIX))
+        || mentions(text, crate::needle!("\"inputResponses\""))
+        || mentions(text, crate::needle!("\"requestState\"")))
     {
         return Some(raw);
     }

@@ -601,7 +601,7 @@ pub(super) fn rewrite_progress_token(
     let Some(raw) = params else {
         return (None, None);
     };
-    if !crate::jsonrpc::mentions(raw.get(), "progressToken") {
+    if !crate::jsonrpc::mentions(raw.get(), crate::needle!("progressToken")) {
         return (Some(raw), None);
     }
     let Ok(mut top) = serde_json::from_str::<indexmap::IndexMap<String, Box<RawValue>>>(raw.get())

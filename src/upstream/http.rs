@@ -130,7 +130,7 @@ impl Session {
     fn stateless_headers(&self, h: &mut HeaderMap, line: &str) {
         let stateless = self.stateless.load(std::sync::atomic::Ordering::Relaxed);
         // Session-era traffic is not parsed here (only the era probe gets headers).
-        if !stateless && !crate::jsonrpc::mentions(line, "\"server/discover\"") {
+        if !stateless && !crate::jsonrpc::mentions(line, crate::needle!("\"server/discover\"")) {
             return;
         }
         // Read in one pass, borrowing: the rest (a tool's arguments) is skipped.
