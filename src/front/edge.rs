@@ -6,7 +6,7 @@ use super::error::FrontError;
 use crate::auth::AuthError;
 use crate::front::App;
 use axum::extract::{Request as HttpRequest, State};
-use axum::http::{header, HeaderValue, Method, StatusCode};
+use axum::http::{header, HeaderName, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response as HttpResponse};
 use std::sync::Arc;
@@ -220,7 +220,8 @@ pub(super) async fn rate_limit<'a>(
     answer: Answer,
 ) -> Option<HttpResponse> {
     let limits = app.limits()?;
-    let forwarded = headers.get("x-forwarded-for").and_then(|v| v.to_str().ok());
+    const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+    let forwarded = headers.get(X_FORWARDED_FOR).and_then(|v| v.to_str().ok());
     let ip = limits.client_ip(peer, forwarded);
     let requests: Vec<&crate::jsonrpc::Request> = requests.into_iter().collect();
     let alone = requests.len() == 1;
@@ -289,13 +290,15 @@ pub(super) fn adopt_trace_header<'a>(
     headers: &axum::http::HeaderMap,
     messages: impl IntoIterator<Item = &'a mut crate::jsonrpc::Message>,
 ) {
-    let Some(traceparent) = headers.get("traceparent").and_then(|v| v.to_str().ok()) else {
+    const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+    const TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
+    let Some(traceparent) = headers.get(TRACEPARENT).and_then(|v| v.to_str().ok()) else {
         return;
     };
     let w3c = crate::telemetry::trace::W3c {
         traceparent: traceparent.trim().to_owned(),
         tracestate: headers
-            .get("tracestate")
+            .get(TRACESTATE)
             .and_then(|v| v.to_str().ok())
             .map(|s| s.trim().to_owned()),
     };

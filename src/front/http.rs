@@ -73,7 +73,10 @@ pub(super) fn with_sse_headers(mut resp: HttpResponse) -> HttpResponse {
         header::CACHE_CONTROL,
         HeaderValue::from_static("no-cache, no-transform"),
     );
-    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    // A constant name: not parsed from a string per response.
+    const X_ACCEL_BUFFERING: header::HeaderName =
+        header::HeaderName::from_static("x-accel-buffering");
+    h.insert(X_ACCEL_BUFFERING, HeaderValue::from_static("no"));
     resp
 }
 
@@ -143,5 +146,7 @@ pub(crate) async fn read_body(
 }
 
 pub(super) fn session_header(headers: &HeaderMap) -> Option<&str> {
-    headers.get("mcp-session-id").and_then(|v| v.to_str().ok())
+    headers
+        .get(crate::mcp::header::SESSION_ID)
+        .and_then(|v| v.to_str().ok())
 }

@@ -48,7 +48,7 @@ pub(super) fn lookup(
 }
 
 pub(super) fn check_version_header(headers: &HeaderMap) -> Result<(), FrontError> {
-    let Some(v) = headers.get("mcp-protocol-version") else {
+    let Some(v) = headers.get(crate::mcp::header::PROTOCOL_VERSION) else {
         return Ok(());
     };
     let v = v.to_str().unwrap_or_default();
@@ -277,7 +277,7 @@ pub(super) async fn initialize(
     if failed {
         app.sessions.end(&session.id).await;
     } else if let Ok(v) = HeaderValue::from_str(&session.id) {
-        resp.headers_mut().insert("mcp-session-id", v);
+        resp.headers_mut().insert(crate::mcp::header::SESSION_ID, v);
         tracing::info!(session = %session.id, %principal, version = ?session.version(), client = %init.client_info, "session started");
     }
     resp
@@ -534,17 +534,25 @@ pub(super) async fn single(
     if let Some(only) = stream.final_within(Duration::ZERO).await {
         session.forget_stream(stream.id);
         let mut body = String::with_capacity(only.len() + 96);
-        use std::fmt::Write as _;
+        // Digits written by itoa: `format!` machinery costs more than the rest of
+        // the framing together.
+        let mut digits = itoa::Buffer::new();
+        let stream_id = digits.format(stream.id);
         if let Some(retry) = app.body_options(&session, true, true).priming {
-            // Writing into a String cannot fail.
-            let _ = write!(
-                body,
-                "id: {}_0\nretry: {}\ndata: \n\n",
-                stream.id,
-                retry.as_millis()
-            );
+            let mut millis = itoa::Buffer::new();
+            for part in [
+                "id: ",
+                stream_id,
+                "_0\nretry: ",
+                millis.format(retry.as_millis()),
+            ] {
+                body.push_str(part);
+            }
+            body.push_str("\ndata: \n\n");
         }
-        let id = format!("{}_1", stream.id);
+        let mut id = String::with_capacity(stream_id.len() + 2);
+        id.push_str(stream_id);
+        id.push_str("_1");
         crate::sse::push_message_event(&mut body, Some(&id), &only);
         // A complete body: sent with Content-Length, the connection stays open.
         return with_sse_headers(HttpResponse::new(Body::from(body)));
@@ -653,7 +661,7 @@ pub(super) fn get_stream(
     if let Err(e) = check_version_header(headers) {
         return e.into_response();
     }
-    if let Some(last) = headers.get("last-event-id") {
+    if let Some(last) = headers.get(crate::mcp::header::LAST_EVENT_ID) {
         let parsed = last
             .to_str()
             .ok()

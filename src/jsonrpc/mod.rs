@@ -314,7 +314,7 @@ impl Request {
         out.push_str("{\"jsonrpc\":\"2.0\",\"id\":");
         out.push_str(self.id.raw().get());
         out.push_str(",\"method\":");
-        out.push_str(&json_string(&self.method));
+        push_json_string(&mut out, &self.method);
         push_params(&mut out, &self.params);
         out.push('}');
         out
@@ -334,7 +334,7 @@ impl Notification {
     pub fn to_json(&self) -> String {
         let mut out = String::with_capacity(48 + self.params.as_ref().map_or(0, |p| p.get().len()));
         out.push_str("{\"jsonrpc\":\"2.0\",\"method\":");
-        out.push_str(&json_string(&self.method));
+        push_json_string(&mut out, &self.method);
         push_params(&mut out, &self.params);
         out.push('}');
         out
@@ -443,7 +443,21 @@ fn number_raw(n: u64) -> Box<RawValue> {
 
 /// Quotes a string as JSON.
 pub fn json_string(s: &str) -> String {
-    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".to_owned())
+    let mut out = String::with_capacity(s.len() + 2);
+    push_json_string(&mut out, s);
+    out
+}
+
+/// Appends `s` quoted as JSON: copied as it is when nothing in it needs an escape
+/// (a method name, a tool name), through serde_json otherwise.
+pub fn push_json_string(out: &mut String, s: &str) {
+    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.push('"');
+        out.push_str(s);
+        out.push('"');
+    } else {
+        out.push_str(&serde_json::to_string(s).unwrap_or_else(|_| "\"\"".to_owned()));
+    }
 }
 
 /// Params as an ordered map of raw values, for the few rewrites Gantry makes
@@ -925,6 +939,12 @@ mod props {
                     prop_assert_eq!(rid, RequestId::from_u64(n));
                 }
             }
+        }
+
+        /// A string quoted by Gantry is what serde_json writes, escapes and all.
+        #[test]
+        fn strings_quote_as_serde_does(s in prop_oneof![any::<String>(), "[ -~\\x00-\\x1f\\x7f\"\\\\]{0,12}"]) {
+            prop_assert_eq!(json_string(&s), serde_json::to_string(&s).unwrap());
         }
 
         /// Numbers that are not integers are refused as ids.

@@ -7,6 +7,15 @@
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
 
+/// The Streamable HTTP headers Gantry reads and writes, as constant names (a header
+/// looked up by a string is parsed and hashed from that string on every request).
+pub const SESSION_ID: http::HeaderName = http::HeaderName::from_static("mcp-session-id");
+/// `MCP-Protocol-Version`.
+pub const PROTOCOL_VERSION: http::HeaderName =
+    http::HeaderName::from_static("mcp-protocol-version");
+/// `Last-Event-ID` (SSE resumption).
+pub const LAST_EVENT_ID: http::HeaderName = http::HeaderName::from_static("last-event-id");
+
 /// The sentinel that marks a Base64-encoded header value (case-sensitive).
 const PREFIX: &str = "=?base64?";
 const SUFFIX: &str = "?=";

@@ -198,6 +198,10 @@ impl Core {
         &self,
         cancel: &CancellationToken,
     ) -> Result<(u64, Arc<InitInfo>), UpstreamError> {
+        // Almost always: ready, answered without a subscription or a timer.
+        if let State::Ready { gen, info } = &*self.state.borrow() {
+            return Ok((*gen, info.clone()));
+        }
         let mut rx = self.state.subscribe();
         // Why the backend is restarting, for the error if it is not back in time.
         let mut restarting: Option<String> = None;

@@ -34,9 +34,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const JSON: HeaderValue = HeaderValue::from_static("application/json");
 const JSON_OR_SSE: HeaderValue = HeaderValue::from_static("application/json, text/event-stream");
 const SSE: HeaderValue = HeaderValue::from_static("text/event-stream");
-const SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
-const PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
-const LAST_EVENT_ID: HeaderName = HeaderName::from_static("last-event-id");
+use crate::mcp::header::{LAST_EVENT_ID, PROTOCOL_VERSION, SESSION_ID};
 
 /// One backend HTTP session (one incarnation).
 pub(super) struct Session {

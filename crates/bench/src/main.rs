@@ -8,7 +8,10 @@
 //!   run as `gantry-bench --serve-direct`, JSON responses): the floor;
 //! * `shared` / `per-session` / `per-user`: Gantry in front of a stdio echo backend
 //!   in that `session_mode` (`per-user`: every 4 clients share one API key, so one
-//!   backend process).
+//!   backend process);
+//! * `relay` / `relay-per-session` / `relay-http`: the floor of one backend hop, a
+//!   relay that does only what no gateway can avoid (relay.rs), in front of the same
+//!   backend as `shared` / `per-session` / `http`.
 //!
 //! Every server runs as a child process started for one measurement and stopped after
 //! it, so CPU time (of the whole process tree, from `/proc`: see [`proc::cpu_delta`])

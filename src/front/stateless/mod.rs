@@ -59,7 +59,7 @@ fn input_capable(method: &str) -> Option<&'static str> {
 /// Whether a session-less message belongs to the stateless era.
 pub(crate) fn is_stateless(headers: &HeaderMap, m: &Message) -> bool {
     let header_modern = headers
-        .get("mcp-protocol-version")
+        .get(crate::mcp::header::PROTOCOL_VERSION)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| !SESSION_VERSIONS.contains(&v.trim()));
     if header_modern {

@@ -38,7 +38,7 @@ pub(super) fn validate(
     method: &str,
     params: &Map<String, Value>,
 ) -> Result<Declared, Refusal> {
-    let Some(header_version) = headers.get("mcp-protocol-version") else {
+    let Some(header_version) = headers.get(crate::mcp::header::PROTOCOL_VERSION) else {
         return Err(bad(
             code::HEADER_MISMATCH,
             "Header mismatch: the MCP-Protocol-Version header is required",
