@@ -51,7 +51,7 @@ pub(crate) fn serve(kind: &str, to: Option<&str>) -> Result<()> {
             let mut sink = [0u8; 64];
             let mut stdin = std::io::stdin();
             while matches!(stdin.read(&mut sink), Ok(n) if n > 0) {}
-            std::process::exit(0);
+            exit_now();
         })
         .context("cannot start a thread")?;
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -79,13 +79,45 @@ pub(crate) fn serve(kind: &str, to: Option<&str>) -> Result<()> {
         let listener = listener.tap_io(|tcp| {
             let _ = tcp.set_nodelay(true);
         });
+        // SIGTERM (the bench's stop) or Ctrl-C: the echo processes go first.
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .context("cannot watch SIGTERM")?;
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+            exit_now();
+        });
         axum::serve(listener, app)
-            .with_graceful_shutdown(async {
-                let _ = tokio::signal::ctrl_c().await;
-            })
             .await
             .context("HTTP server failed")
     })
+}
+
+/// The echo processes alive, by pid. They end with their stdin, but only once they
+/// notice; a relay that exits stops them first, so that nothing it started outlives it.
+static CHILDREN: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+
+fn children() -> std::sync::MutexGuard<'static, Vec<u32>> {
+    CHILDREN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Kills and reaps the echo processes, then exits.
+fn exit_now() -> ! {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    let pids = std::mem::take(&mut *children());
+    for &pid in &pids {
+        let _ = kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
+    }
+    for pid in pids {
+        // ECHILD if the runtime reaped it first: gone either way.
+        let _ = nix::sys::wait::waitpid(Pid::from_raw(pid as i32), None);
+    }
+    std::process::exit(0)
 }
 
 enum Relay {
@@ -120,6 +152,8 @@ impl Backend {
             .kill_on_drop(true)
             .spawn()
             .context("cannot start the echo backend")?;
+        let pid = child.id();
+        children().extend(pid);
         let mut stdin = child.stdin.take().context("no stdin pipe")?;
         let stdout = child.stdout.take().context("no stdout pipe")?;
         let (lines, mut rx) = mpsc::channel::<Vec<u8>>(QUEUE);
@@ -139,6 +173,7 @@ impl Backend {
             }
             // The process ends with its stdin; `kill_on_drop` covers the rest.
             drop(child);
+            children().retain(|p| Some(*p) != pid);
         });
         let answers = waiting.clone();
         tokio::spawn(async move {
