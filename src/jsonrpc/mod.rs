@@ -11,6 +11,8 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::fmt;
 
+pub mod members;
+
 /// Standard JSON-RPC and MCP error codes used by Gantry.
 pub mod code {
     /// Invalid JSON was received.
@@ -487,40 +489,32 @@ pub fn mentions(text: &str, needle: &Needle) -> bool {
 }
 
 /// Reads one string field of raw params (e.g. `name`, `uri`) without a full parse:
-/// the other fields are skipped, not collected.
+/// the other fields (a call's arguments) are skipped over, not parsed. A repeated key
+/// counts by its last value, as in the JSON parsers of the backends that act on it.
 pub fn string_field(params: Option<&RawValue>, field: &str) -> Option<String> {
-    use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, Visitor};
-    struct Field<'f>(&'f str);
-    impl<'de> Visitor<'de> for Field<'_> {
-        type Value = Option<String>;
-        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("an object")
-        }
-        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-            let mut found = None;
-            while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
-                if key == self.0 {
-                    // A string, or nothing (the field is there but is no string).
-                    // A repeated key: the last one counts, as in the JSON parsers of
-                    // the backends (JavaScript's, Python's) that act on it.
-                    let v: &RawValue = map.next_value()?;
-                    found = Some(serde_json::from_str::<String>(v.get()).ok());
-                } else {
-                    map.next_value::<IgnoredAny>()?;
-                }
-            }
-            Ok(found.flatten())
-        }
+    let v = members::member(params?.get(), field)?;
+    serde_json::from_str::<String>(v).ok()
+}
+
+/// Whether the `_meta` object of raw params (any of its repeats) mentions `needle`:
+/// the arguments beside it are not searched.
+pub fn meta_mentions(params: &str, needle: &Needle) -> bool {
+    if surely_lacks(params, &[needle]) {
+        return false;
     }
-    impl<'de> DeserializeSeed<'de> for Field<'_> {
-        type Value = Option<String>;
-        fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-            d.deserialize_map(self)
-        }
-    }
-    let p = params?;
-    let mut de = serde_json::Deserializer::from_str(p.get());
-    Field(field).deserialize(&mut de).ok().flatten()
+    members::members(params).any(|(k, v)| members::key_is(k, "_meta") && mentions(v, needle))
+}
+
+/// Below this size a search of the whole text is cheaper than walking its members.
+const SMALL_TEXT: usize = 2048;
+
+/// Whether `text` surely holds none of `needles`, however a key is spelled: it is
+/// small, has no escape (`\u0061` for `a`) and no needle occurs in it. The cheap
+/// test before [`members`] for the small messages most calls are.
+pub fn surely_lacks(text: &str, needles: &[&Needle]) -> bool {
+    text.len() < SMALL_TEXT
+        && memchr::memchr(b'\\', text.as_bytes()).is_none()
+        && !needles.iter().any(|n| mentions(text, n))
 }
 
 #[cfg(test)]

@@ -160,14 +160,21 @@ pub fn strip_stateless_result(result: &mut Map<String, Value>) -> bool {
 /// Whether a result's JSON text may hold something [`strip_stateless_result`]
 /// removes (a cheap test before parsing).
 pub fn may_hold_stateless_fields(text: &str) -> bool {
-    // The names of STATELESS_ONLY_RESULT_FIELDS as JSON keys.
-    let quoted = [
-        crate::needle!("\"resultType\""),
-        crate::needle!("\"ttlMs\""),
-        crate::needle!("\"cacheScope\""),
+    use crate::jsonrpc::members::{key_is, members};
+    let needles = [
+        crate::needle!("resultType"),
+        crate::needle!("ttlMs"),
+        crate::needle!("cacheScope"),
         crate::needle!(META_PREFIX),
     ];
-    quoted.iter().any(|f| crate::jsonrpc::mentions(text, f))
+    if crate::jsonrpc::surely_lacks(text, &needles) {
+        return false;
+    }
+    // Only the top level is looked at, not the content beside it.
+    members(text).any(|(k, v)| {
+        STATELESS_ONLY_RESULT_FIELDS.iter().any(|f| key_is(k, f))
+            || (key_is(k, "_meta") && crate::jsonrpc::mentions(v, crate::needle!(META_PREFIX)))
+    })
 }
 
 #[cfg(test)]
@@ -209,5 +216,13 @@ mod tests {
         assert!(!strip_stateless_result(plain.as_object_mut().unwrap()));
         assert!(may_hold_stateless_fields(r#"{"resultType":"complete"}"#));
         assert!(!may_hold_stateless_fields(r#"{"content":[]}"#));
+        // The top level only: what the content says is not looked at.
+        assert!(!may_hold_stateless_fields(
+            r#"{"content":[{"type":"text","text":"{\"resultType\":1,\"_meta\":{\"io.modelcontextprotocol/x\":1}}"}]}"#
+        ));
+        assert!(may_hold_stateless_fields(
+            r#"{"content":[], "_meta" : {"io.modelcontextprotocol/serverInfo":{}}}"#
+        ));
+        assert!(!may_hold_stateless_fields(r#"{"_meta":{"mine":1}}"#));
     }
 }

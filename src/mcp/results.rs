@@ -75,13 +75,18 @@ pub fn splice_for_stateless(
     let (Some(inner), true) = (text.strip_suffix('}'), text.starts_with('{')) else {
         return false;
     };
-    let named = [
-        crate::needle!("\"resultType\""),
-        crate::needle!("\"_meta\""),
-        crate::needle!("\"ttlMs\""),
-        crate::needle!("\"cacheScope\""),
+    // Top-level members only: the content beside them is not searched.
+    let named = ["resultType", "_meta", "ttlMs", "cacheScope"];
+    let needles = [
+        crate::needle!("resultType"),
+        crate::needle!("_meta"),
+        crate::needle!("ttlMs"),
+        crate::needle!("cacheScope"),
     ];
-    if named.iter().any(|k| crate::jsonrpc::mentions(text, k)) {
+    if !crate::jsonrpc::surely_lacks(text, &needles)
+        && crate::jsonrpc::members::members(text)
+            .any(|(k, _)| named.iter().any(|n| crate::jsonrpc::members::key_is(k, n)))
+    {
         return false;
     }
     out.push_str(inner);

@@ -230,7 +230,7 @@ pub fn from_meta(params: Option<&RawValue>) -> Option<W3c> {
     }
     let raw = params?.get();
     // Most requests carry none: not worth parsing for.
-    if !crate::jsonrpc::mentions(raw, crate::needle!("traceparent")) {
+    if !crate::jsonrpc::meta_mentions(raw, crate::needle!("traceparent")) {
         return None;
     }
     let p: Params = serde_json::from_str(raw).ok()?;

@@ -23,11 +23,22 @@ const MAX_INPUT_ROUNDS: usize = 16;
 pub(super) fn for_session_era(params: Option<Box<RawValue>>) -> Option<Box<RawValue>> {
     let raw = params?;
     let text = raw.get();
-    use crate::jsonrpc::mentions;
-    if !(mentions(text, crate::needle!(META_PREFIX))
-        || mentions(text, crate::needle!("\"inputResponses\""))
-        || mentions(text, crate::needle!("\"requestState\"")))
-    {
+    use crate::jsonrpc::members::{key_is, members};
+    let needles = [
+        crate::needle!(META_PREFIX),
+        crate::needle!("inputResponses"),
+        crate::needle!("requestState"),
+    ];
+    if crate::jsonrpc::surely_lacks(text, &needles) {
+        return Some(raw);
+    }
+    // Only the top level is looked at (not the arguments beside it).
+    let stateless = members(text).any(|(k, v)| {
+        key_is(k, "inputResponses")
+            || key_is(k, "requestState")
+            || (key_is(k, "_meta") && crate::jsonrpc::mentions(v, crate::needle!(META_PREFIX)))
+    });
+    if !stateless {
         return Some(raw);
     }
     // Only the top level and `_meta` are read: the rest (a tool's arguments) is
@@ -305,10 +316,18 @@ mod tests {
         let params = r#"{"name":"echo","_meta":{"io.modelcontextprotocol/clientCapabilities":{}}}"#;
         let out = for_session_era(raw(params)).map(|r| r.get().to_owned());
         assert_eq!(out.as_deref(), Some(r#"{"name":"echo"}"#));
-        // Params without any of it pass untouched.
-        let params = r#"{"name": "echo", "arguments": {"x": 1}}"#;
+        // Params without any of it pass untouched, also when the arguments name it.
+        for params in [
+            r#"{"name": "echo", "arguments": {"x": 1}}"#,
+            r#"{"name":"echo","arguments":{"requestState":"io.modelcontextprotocol/x","_meta":{"io.modelcontextprotocol/y":1}}}"#,
+        ] {
+            let out = for_session_era(raw(params)).map(|r| r.get().to_owned());
+            assert_eq!(out.as_deref(), Some(params));
+        }
+        // A key written with escapes is still that key.
+        let params = r#"{"name":"echo","request\u0053tate":"s"}"#;
         let out = for_session_era(raw(params)).map(|r| r.get().to_owned());
-        assert_eq!(out.as_deref(), Some(params));
+        assert_eq!(out.as_deref(), Some(r#"{"name":"echo"}"#));
     }
 
     #[test]

@@ -605,7 +605,7 @@ pub(super) fn rewrite_progress_token(
     let Some(raw) = params else {
         return (None, None);
     };
-    if !crate::jsonrpc::mentions(raw.get(), crate::needle!("progressToken")) {
+    if !crate::jsonrpc::meta_mentions(raw.get(), crate::needle!("progressToken")) {
         return (Some(raw), None);
     }
     let Ok(mut top) = serde_json::from_str::<indexmap::IndexMap<String, Box<RawValue>>>(raw.get())
