@@ -312,7 +312,10 @@ fn push_params(out: &mut String, params: &Option<Box<RawValue>>) {
 impl Request {
     /// The JSON text of this request.
     pub fn to_json(&self) -> String {
-        let mut out = String::with_capacity(64 + self.params.as_ref().map_or(0, |p| p.get().len()));
+        // Room for the envelope and a newline (stdio framing) after it.
+        let params = self.params.as_ref().map_or(0, |p| p.get().len());
+        let mut out =
+            String::with_capacity(48 + self.id.raw().get().len() + self.method.len() + params);
         out.push_str("{\"jsonrpc\":\"2.0\",\"id\":");
         out.push_str(self.id.raw().get());
         out.push_str(",\"method\":");
@@ -334,7 +337,8 @@ impl Notification {
 
     /// The JSON text of this notification.
     pub fn to_json(&self) -> String {
-        let mut out = String::with_capacity(48 + self.params.as_ref().map_or(0, |p| p.get().len()));
+        let params = self.params.as_ref().map_or(0, |p| p.get().len());
+        let mut out = String::with_capacity(40 + self.method.len() + params);
         out.push_str("{\"jsonrpc\":\"2.0\",\"method\":");
         push_json_string(&mut out, &self.method);
         push_params(&mut out, &self.params);

@@ -37,7 +37,8 @@ pub struct EventStream {
 /// dropped when the log overflows (notifications only).
 struct Event {
     seq: u64,
-    json: Arc<str>,
+    // `Arc<String>`, not `Arc<str>`: taking the String in costs no copy.
+    json: Arc<String>,
     droppable: bool,
 }
 
@@ -60,7 +61,7 @@ impl Inner {
         self.bytes += json.len();
         self.events.push_back(Event {
             seq,
-            json: Arc::from(json),
+            json: Arc::new(json),
             droppable,
         });
         while self.events.len() > cap || self.bytes > MAX_STREAM_BYTES {
@@ -78,7 +79,7 @@ impl Inner {
 /// What a reader finds at its cursor.
 pub enum StreamRead {
     /// Events after the cursor.
-    Events(Vec<(u64, Arc<str>)>),
+    Events(Vec<(u64, Arc<String>)>),
     /// Nothing yet.
     Pending,
     /// The stream is finished and fully read.
@@ -167,7 +168,7 @@ impl EventStream {
     /// Waits up to `window` for the stream to close holding exactly one event (and
     /// nothing ever dropped): that event, which the caller then delivers itself.
     /// `None` as soon as it is clear the stream is more than that.
-    pub async fn final_within(&self, window: Duration) -> Option<Arc<str>> {
+    pub async fn final_within(&self, window: Duration) -> Option<Arc<String>> {
         let deadline = tokio::time::Instant::now() + window;
         loop {
             let notified = self.notify.notified();
@@ -240,7 +241,7 @@ impl EventStream {
         if g.reader != reader {
             return StreamRead::Superseded;
         }
-        let out: Vec<(u64, Arc<str>)> = g
+        let out: Vec<(u64, Arc<String>)> = g
             .events
             .iter()
             .filter(|e| e.seq > after)

@@ -353,14 +353,14 @@ impl Core {
                 reason: "the backend restarted before the request could be sent".into(),
             });
         }
-        let line = Request {
+        let mut line = Request {
             id: RequestId::from_u64(id),
             method: method.to_owned(),
             params,
         }
         .to_json();
         if self.direct {
-            let write = tokio::time::timeout(timeout, self.write_direct(gen, &line));
+            let write = tokio::time::timeout(timeout, self.write_direct(gen, &mut line));
             match write.await {
                 Ok(Ok(())) => {}
                 Ok(Err(reason)) => {
@@ -457,8 +457,10 @@ impl Core {
         }
     }
 
-    /// Writes one line to incarnation `gen`'s stdin (stdio backends).
-    pub(crate) async fn write_direct(&self, gen: u64, line: &str) -> Result<(), String> {
+    /// Writes one line to incarnation `gen`'s stdin (stdio backends). `line` is
+    /// written as it is, its newline added and taken off again (a message is not
+    /// copied to be framed); raw newlines in it are blanked first.
+    pub(crate) async fn write_direct(&self, gen: u64, line: &mut String) -> Result<(), String> {
         let mut slot = self.stdin.lock().await;
         match slot.as_mut() {
             Some(s) if s.gen == gen => {
@@ -541,21 +543,19 @@ impl Drop for Core {
     }
 }
 
-/// Writes one message to a stdio backend: newline-delimited JSON, one line.
-async fn write_line(w: &mut tokio::process::ChildStdin, line: &str) -> std::io::Result<()> {
+/// Writes one message to a stdio backend: newline-delimited JSON, one line, in one
+/// write (the newline pushed onto `line`, where the JSON writers leave room for it,
+/// and popped after).
+async fn write_line(w: &mut tokio::process::ChildStdin, line: &mut String) -> std::io::Result<()> {
     // JSON never holds a raw newline except as whitespace between tokens, so blanking
     // them keeps the message valid and on one line, as stdio framing requires.
-    let mut buf = Vec::with_capacity(line.len() + 1);
     if memchr::memchr2(b'\n', b'\r', line.as_bytes()).is_some() {
-        buf.extend(
-            line.bytes()
-                .map(|b| if b == b'\n' || b == b'\r' { b' ' } else { b }),
-        );
-    } else {
-        buf.extend_from_slice(line.as_bytes());
+        *line = line.replace(['\n', '\r'], " ");
     }
-    buf.push(b'\n');
-    w.write_all(&buf).await?;
+    line.push('\n');
+    let written = w.write_all(line.as_bytes()).await;
+    line.pop();
+    written?;
     w.flush().await
 }
 

@@ -147,7 +147,7 @@ async fn run_once(
                     let sent = if info.is_stateless() {
                         Ok(())
                     } else {
-                        core.write_direct(gen, &note.to_json()).await
+                        core.write_direct(gen, &mut note.to_json()).await
                     };
                     if let Err(e) = sent {
                         tracing::warn!(backend = %core.name, error = %e, "backend initialization failed");
@@ -174,8 +174,8 @@ async fn run_once(
             _ = shutdown.cancelled() => {
                 // What was queued before the end still goes out (a cancellation of
                 // the request whose end stopped the connection, say).
-                while let Ok(msg) = out_rx.try_recv() {
-                    if msg.gen == gen && core.write_direct(gen, &msg.line).await.is_err() {
+                while let Ok(mut msg) = out_rx.try_recv() {
+                    if msg.gen == gen && core.write_direct(gen, &mut msg.line).await.is_err() {
                         break;
                     }
                 }
@@ -209,13 +209,13 @@ async fn run_once(
                 break "initialization failed".into();
             }
             msg = out_rx.recv() => {
-                let Some(msg) = msg else {
+                let Some(mut msg) = msg else {
                     // The guard's drop below kills the group.
                     core.stats.exited(Exit::Stopped);
                     break "connection dropped".into()
                 };
                 if msg.gen != gen { continue; }
-                if let Err(e) = core.write_direct(gen, &msg.line).await {
+                if let Err(e) = core.write_direct(gen, &mut msg.line).await {
                     tracing::warn!(backend = %core.name, error = %e, "cannot write to backend stdin");
                 }
             }
