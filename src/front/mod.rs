@@ -94,29 +94,38 @@ impl App {
         if builtin_changed {
             plan.needs_restart.push("auth.mode / [auth.builtin]".into());
         }
-        if auth_changed && !builtin_changed {
-            match Authenticator::with_oauth(
+        // Both built before either is swapped in, and the limits first: a key that
+        // the new auth accepts never meets the old limits (a reload applies both at
+        // once, as far as any request can tell).
+        let auth = (auth_changed && !builtin_changed).then(|| {
+            Authenticator::with_oauth(
                 &new.auth,
                 self.cfg.server.public_url.as_deref(),
                 self.auth().keeps_tokens(),
                 self.builtin.clone(),
-            ) {
-                Ok(auth) => {
-                    if let Some(rs) = auth.oauth() {
-                        rs.warm_up();
-                    }
-                    *self.auth.write() = Arc::new(auth);
-                    *self.policy.write() = crate::auth::policy::Policy::new(&new.auth.rules);
-                    self.applied.lock().0 = new.auth.clone();
-                    plan.live.push("auth".into());
-                }
-                Err(e) => plan.needs_restart.push(format!("auth (not applied: {e})")),
+            )
+        });
+        if let Some(Ok(auth)) = &auth {
+            if let Some(rs) = auth.oauth() {
+                rs.warm_up();
             }
         }
         if limits_changed {
             // New budgets: what clients had spent under the old rules is forgotten.
             *self.limits.write() = crate::limits::Limits::new(&new.limits);
             self.applied.lock().1 = new.limits.clone();
+        }
+        match auth {
+            Some(Ok(auth)) => {
+                *self.policy.write() = crate::auth::policy::Policy::new(&new.auth.rules);
+                *self.auth.write() = Arc::new(auth);
+                self.applied.lock().0 = new.auth.clone();
+                plan.live.push("auth".into());
+            }
+            Some(Err(e)) => plan.needs_restart.push(format!("auth (not applied: {e})")),
+            None => {}
+        }
+        if limits_changed {
             plan.live.push("limits".into());
         }
         let sessions = self.sessions.all();
