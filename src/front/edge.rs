@@ -3,7 +3,7 @@
 //! stream starts.
 
 use super::error::FrontError;
-use crate::auth::AuthError;
+use crate::auth::{AuthError, Principal};
 use crate::front::App;
 use axum::extract::{Request as HttpRequest, State};
 use axum::http::{header, HeaderName, HeaderValue, Method, StatusCode};
@@ -11,33 +11,101 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response as HttpResponse};
 use std::sync::Arc;
 
-/// Puts the caller's [`Principal`] in the request extensions, or refuses the request
-/// (401 / 400 with `WWW-Authenticate`) before any handler runs or any stream starts.
-/// CORS preflights never get here: [`check_origin`] answers them.
-pub(super) async fn authenticate(
+/// The checks of a protected request, in order: Host / Origin (403, a CORS preflight
+/// answered here), then credentials (401 / 400 with `WWW-Authenticate`), before any
+/// handler runs or any stream starts. `inner` runs with the caller's principal; every
+/// answer gets the CORS headers its Origin earned. Called by the MCP endpoint itself
+/// (no middleware layers on the hot path) and, as [`admit_layer`], for the rest.
+pub(super) async fn admit<F, Fut>(app: &App, req: HttpRequest, inner: F) -> HttpResponse
+where
+    F: FnOnce(HttpRequest, Principal) -> Fut,
+    Fut: std::future::Future<Output = HttpResponse>,
+{
+    let cors_origin = match check_origin(app, &req) {
+        Ok(o) => o,
+        Err(refused) => return refused.into_response(),
+    };
+    // Preflights never need a session or credentials.
+    let mut resp = if req.method() == Method::OPTIONS && cors_origin.is_some() {
+        preflight()
+    } else {
+        match authenticate(app, req.method(), req.uri(), req.headers()).await {
+            Ok(principal) => inner(req, principal).await,
+            Err(refused) => refused.into_response(),
+        }
+    };
+    with_cors(&mut resp, cors_origin);
+    resp
+}
+
+/// Any other path: 404 (a preflight from an allowed Origin 204, as on every path),
+/// after the same Host / Origin check: a refused Origin learns nothing about which
+/// paths exist.
+pub(super) async fn not_found(State(app): State<Arc<App>>, req: HttpRequest) -> HttpResponse {
+    match check_origin(&app, &req) {
+        Ok(cors_origin) => {
+            let mut resp = if req.method() == Method::OPTIONS && cors_origin.is_some() {
+                preflight()
+            } else {
+                StatusCode::NOT_FOUND.into_response()
+            };
+            with_cors(&mut resp, cors_origin);
+            resp
+        }
+        Err(refused) => refused.into_response(),
+    }
+}
+
+/// The CORS headers for an allowed Origin.
+fn with_cors(resp: &mut HttpResponse, origin: Option<HeaderValue>) {
+    if let Some(o) = origin {
+        let h = resp.headers_mut();
+        h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, o);
+        h.insert(
+            header::ACCESS_CONTROL_EXPOSE_HEADERS,
+            HeaderValue::from_static("Mcp-Session-Id, MCP-Protocol-Version, WWW-Authenticate"),
+        );
+        h.append(header::VARY, HeaderValue::from_static("Origin"));
+    }
+}
+
+/// [`admit`] as a middleware: the principal goes into the request's extensions.
+pub(super) async fn admit_layer(
     State(app): State<Arc<App>>,
-    mut req: HttpRequest,
+    req: HttpRequest,
     next: Next,
 ) -> HttpResponse {
+    admit(&app, req, |mut req, principal| {
+        req.extensions_mut().insert(principal);
+        next.run(req)
+    })
+    .await
+}
+
+/// The caller's [`Principal`], or the refusal (401 / 400 with `WWW-Authenticate`).
+/// (The request's parts, not the request: its body is not `Sync`.)
+async fn authenticate(
+    app: &App,
+    method: &Method,
+    uri: &axum::http::Uri,
+    headers: &axum::http::HeaderMap,
+) -> Result<Principal, FrontError> {
     let auth = app.auth();
-    match auth.authenticate(req.headers(), req.uri().query()).await {
-        Ok(principal) => {
-            req.extensions_mut().insert(principal);
-            next.run(req).await
-        }
+    match auth.authenticate(headers, uri.query()).await {
+        Ok(principal) => Ok(principal),
         Err(e) => {
             // The reason only: never the presented credentials.
             if matches!(e, AuthError::Missing | AuthError::NoToken) {
-                tracing::debug!(method = %req.method(), path = req.uri().path(), "request refused: no credentials");
+                tracing::debug!(%method, path = uri.path(), "request refused: no credentials");
             } else {
-                tracing::info!(method = %req.method(), path = req.uri().path(), reason = %e, "request refused: bad credentials");
+                tracing::info!(%method, path = uri.path(), reason = %e, "request refused: bad credentials");
             }
             app.metrics
                 .auth_failures
                 .with_label_values(&[e.label()])
                 .inc();
-            let challenge = app.auth().challenge(&e);
-            FrontError::Unauthorized(e, challenge).into_response()
+            let challenge = auth.challenge(&e);
+            Err(FrontError::Unauthorized(e, challenge))
         }
     }
 }
@@ -77,59 +145,46 @@ pub(super) async fn resource_metadata(
     resp
 }
 
-pub(super) async fn check_origin(
-    State(app): State<Arc<App>>,
-    req: HttpRequest,
-    next: Next,
-) -> HttpResponse {
+/// Host / Origin against the DNS-rebinding policy (403 if refused); the Origin to
+/// echo in CORS headers when there is one.
+fn check_origin(app: &App, req: &HttpRequest) -> Result<Option<HeaderValue>, FrontError> {
+    let authority = req.uri().authority().map(|a| a.as_str());
     let host = req
         .headers()
         .get(header::HOST)
         .and_then(|v| v.to_str().ok())
-        .map(str::to_owned)
-        .or_else(|| req.uri().authority().map(|a| a.to_string()));
+        .or(authority);
     let origin = req
         .headers()
         .get(header::ORIGIN)
         .and_then(|v| v.to_str().ok());
-    if let Err(why) = app.origin.check(host.as_deref(), origin) {
+    if let Err(why) = app.origin.check(host, origin) {
         tracing::info!(%why, "request refused (DNS-rebinding protection)");
-        return FrontError::Forbidden(why).into_response();
+        return Err(FrontError::Forbidden(why));
     }
-    // The Origin passed the policy: browsers may talk to us (CORS). Preflights never
-    // need a session or credentials.
-    let cors_origin = origin.and_then(|o| HeaderValue::from_str(o).ok());
-    let mut resp = if req.method() == Method::OPTIONS && cors_origin.is_some() {
-        let mut r = StatusCode::NO_CONTENT.into_response();
-        let h = r.headers_mut();
-        h.insert(
-            header::ACCESS_CONTROL_ALLOW_METHODS,
-            HeaderValue::from_static("GET, POST, DELETE, OPTIONS"),
-        );
-        h.insert(
-            header::ACCESS_CONTROL_ALLOW_HEADERS,
-            HeaderValue::from_static(
-                "Authorization, X-API-Key, Content-Type, Accept, Mcp-Session-Id, MCP-Protocol-Version, Last-Event-ID, Mcp-Method, Mcp-Name",
-            ),
-        );
-        h.insert(
-            header::ACCESS_CONTROL_MAX_AGE,
-            HeaderValue::from_static("600"),
-        );
-        r
-    } else {
-        next.run(req).await
-    };
-    if let Some(o) = cors_origin {
-        let h = resp.headers_mut();
-        h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, o);
-        h.insert(
-            header::ACCESS_CONTROL_EXPOSE_HEADERS,
-            HeaderValue::from_static("Mcp-Session-Id, MCP-Protocol-Version, WWW-Authenticate"),
-        );
-        h.append(header::VARY, HeaderValue::from_static("Origin"));
-    }
-    resp
+    // The Origin passed the policy: browsers may talk to us (CORS).
+    Ok(origin.and_then(|o| HeaderValue::from_str(o).ok()))
+}
+
+/// The answer to a CORS preflight from an allowed Origin.
+fn preflight() -> HttpResponse {
+    let mut r = StatusCode::NO_CONTENT.into_response();
+    let h = r.headers_mut();
+    h.insert(
+        header::ACCESS_CONTROL_ALLOW_METHODS,
+        HeaderValue::from_static("GET, POST, DELETE, OPTIONS"),
+    );
+    h.insert(
+        header::ACCESS_CONTROL_ALLOW_HEADERS,
+        HeaderValue::from_static(
+            "Authorization, X-API-Key, Content-Type, Accept, Mcp-Session-Id, MCP-Protocol-Version, Last-Event-ID, Mcp-Method, Mcp-Name",
+        ),
+    );
+    h.insert(
+        header::ACCESS_CONTROL_MAX_AGE,
+        HeaderValue::from_static("600"),
+    );
+    r
 }
 
 /// The address of the connection a request came on (Gantry's own listener).

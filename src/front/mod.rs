@@ -25,8 +25,6 @@ pub use origin::OriginPolicy;
 
 use crate::auth::Authenticator;
 use crate::config::Config;
-use crate::front::edge::authenticate;
-use crate::front::edge::check_origin;
 use crate::front::session_era::mcp;
 use crate::router::Router;
 use crate::session::{BodyOptions, Session, SessionStore};
@@ -283,24 +281,22 @@ impl App {
 
 /// The axum router for the whole HTTP surface.
 pub fn routes(app: Arc<App>) -> axum::Router {
-    // Every route here needs a principal; only the probes below are public.
-    let mut protected = axum::Router::new()
-        .route(&app.cfg.server.path, any(mcp))
-        .route("/status", get(status));
+    // Every route here needs a principal; only the probes below are public. Host /
+    // Origin first (403), then credentials (401): `edge::admit`, called by the MCP
+    // endpoint itself (the hot path has no middleware layers), a layer for the rest.
+    let mut protected = axum::Router::new().route("/status", get(status));
     if app.cfg.server.legacy_sse {
         protected = protected
             .route("/sse", get(legacy::open))
             .route("/messages", axum::routing::post(legacy::message));
     }
-    let protected = protected.route_layer(axum::middleware::from_fn_with_state(
-        app.clone(),
-        authenticate,
-    ));
-    // Host/Origin first (403), then credentials (401).
-    let protected = protected.layer(axum::middleware::from_fn_with_state(
-        app.clone(),
-        check_origin,
-    ));
+    let protected = protected
+        .route_layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            edge::admit_layer,
+        ))
+        .route(&app.cfg.server.path, any(mcp))
+        .fallback(edge::not_found);
     // Probes and metrics sit outside both: orchestrators send the pod IP as Host.
     let mut r = axum::Router::new()
         .route("/healthz", get(|| async { "ok" }))

@@ -24,7 +24,7 @@ use crate::router::ClientInit;
 use crate::session::{sse_body, EventStream, Session};
 use crate::telemetry::metrics::{self};
 use axum::body::Body;
-use axum::extract::{Extension, Request as HttpRequest, State};
+use axum::extract::{Request as HttpRequest, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response as HttpResponse};
 use std::sync::Arc;
@@ -59,18 +59,19 @@ pub(super) fn check_version_header(headers: &HeaderMap) -> Result<(), FrontError
     }
 }
 
-pub(super) async fn mcp(
-    State(app): State<Arc<App>>,
-    Extension(principal): Extension<Principal>,
-    req: HttpRequest,
-) -> HttpResponse {
-    let method = req.method().clone();
-    match method {
-        Method::POST => post(app, principal, req).await,
-        Method::GET => get_stream(app, &principal, req.headers()),
-        Method::DELETE => delete(app, &principal, req.headers()).await,
-        _ => FrontError::MethodNotAllowed.into_response(),
-    }
+/// The MCP endpoint: [`admit`](super::edge::admit)ted, then by method.
+pub(super) async fn mcp(State(app): State<Arc<App>>, req: HttpRequest) -> HttpResponse {
+    let inner = app.clone();
+    super::edge::admit(&app, req, |req, principal| async move {
+        let method = req.method().clone();
+        match method {
+            Method::POST => post(inner, principal, req).await,
+            Method::GET => get_stream(inner, &principal, req.headers()),
+            Method::DELETE => delete(inner, &principal, req.headers()).await,
+            _ => FrontError::MethodNotAllowed.into_response(),
+        }
+    })
+    .await
 }
 
 /// A POST to the MCP endpoint, in phases: what the client accepts and sent
