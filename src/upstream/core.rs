@@ -359,22 +359,24 @@ impl Core {
             params,
         }
         .to_json();
+        // One deadline for the whole request, its write included (one timer per call).
+        let sleep = tokio::time::sleep(timeout);
+        tokio::pin!(sleep);
         if self.direct {
-            let write = tokio::time::timeout(timeout, self.write_direct(gen, &mut line));
-            match write.await {
-                Ok(Ok(())) => {}
-                Ok(Err(reason)) => {
-                    return Err(UpstreamError::Crashed {
-                        backend: self.name.clone(),
-                        reason,
-                    })
-                }
-                Err(_) => {
+            let written = tokio::select! {
+                w = self.write_direct(gen, &mut line) => w,
+                _ = &mut sleep => {
                     return Err(UpstreamError::Timeout {
                         backend: self.name.clone(),
                         after: timeout,
                     })
                 }
+            };
+            if let Err(reason) = written {
+                return Err(UpstreamError::Crashed {
+                    backend: self.name.clone(),
+                    reason,
+                });
             }
         }
         let msg = Outgoing {
@@ -407,8 +409,6 @@ impl Core {
         let mut post = post.map(Box::pin);
         let mut guard = guard;
         let mut rx = rx;
-        let sleep = tokio::time::sleep(timeout);
-        tokio::pin!(sleep);
         let answer = loop {
             let posting = async {
                 match post.as_mut() {
