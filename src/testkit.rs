@@ -16,3 +16,39 @@ pub(crate) fn config(cases: u32) -> ProptestConfig {
         ..base
     }
 }
+
+/// Any JSON scalar: null, booleans, integers of either sign and any size, finite
+/// floats, any text.
+pub(crate) fn json_scalar() -> proptest::strategy::BoxedStrategy<serde_json::Value> {
+    use proptest::prelude::*;
+    use serde_json::Value;
+    prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(Value::from),
+        any::<u64>().prop_map(Value::from),
+        any::<f64>().prop_filter_map("finite", |f| serde_json::Number::from_f64(f)
+            .map(Value::Number)),
+        any::<String>().prop_map(Value::String),
+    ]
+    .boxed()
+}
+
+/// JSON values built from `leaf`, nested up to `depth` levels in arrays and objects
+/// (keys from `key`) of up to `width` items, about `size` nodes in all.
+pub(crate) fn json_tree(
+    leaf: proptest::strategy::BoxedStrategy<serde_json::Value>,
+    key: proptest::strategy::BoxedStrategy<String>,
+    (depth, size, width): (u32, u32, usize),
+) -> proptest::strategy::BoxedStrategy<serde_json::Value> {
+    use proptest::prelude::*;
+    use serde_json::Value;
+    leaf.prop_recursive(depth, size, width as u32, move |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..width).prop_map(Value::Array),
+            prop::collection::vec((key.clone(), inner), 0..width)
+                .prop_map(|kv| Value::Object(kv.into_iter().collect())),
+        ]
+    })
+    .boxed()
+}

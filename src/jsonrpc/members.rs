@@ -186,23 +186,13 @@ mod props {
     use proptest::prelude::*;
     use serde_json::Value;
 
+    /// Any JSON value, with strings full of what the scan must not be fooled by.
     fn value() -> impl Strategy<Value = Value> {
         let leaf = prop_oneof![
-            Just(Value::Null),
-            any::<bool>().prop_map(Value::Bool),
-            any::<i64>().prop_map(Value::from),
-            any::<f64>().prop_filter_map("finite", |f| serde_json::Number::from_f64(f)
-                .map(Value::Number)),
-            any::<String>().prop_map(Value::String),
+            crate::testkit::json_scalar(),
             "[\\\\\"{}\\[\\], :a-z]{0,8}".prop_map(Value::String),
         ];
-        leaf.prop_recursive(3, 24, 4, |inner| {
-            prop_oneof![
-                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
-                prop::collection::vec(("[a-c]{1,2}", inner), 0..4)
-                    .prop_map(|kv| Value::Object(kv.into_iter().collect())),
-            ]
-        })
+        crate::testkit::json_tree(leaf.boxed(), "[a-c]{1,2}".boxed(), (3, 24, 4))
     }
 
     /// A key as a client may write it: plain, or a letter as a `\u` escape.

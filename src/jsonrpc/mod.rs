@@ -608,22 +608,7 @@ mod props {
     /// Any JSON value: scalars (finite floats, large integers, any text) and nested
     /// arrays and objects.
     fn json() -> impl Strategy<Value = Value> {
-        let leaf = prop_oneof![
-            Just(Value::Null),
-            any::<bool>().prop_map(Value::Bool),
-            any::<i64>().prop_map(Value::from),
-            any::<u64>().prop_map(Value::from),
-            any::<f64>().prop_filter_map("finite", |f| serde_json::Number::from_f64(f)
-                .map(Value::Number)),
-            any::<String>().prop_map(Value::String),
-        ];
-        leaf.prop_recursive(4, 48, 6, |inner| {
-            prop_oneof![
-                prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
-                prop::collection::vec((key(), inner), 0..6)
-                    .prop_map(|kv| Value::Object(kv.into_iter().collect())),
-            ]
-        })
+        crate::testkit::json_tree(crate::testkit::json_scalar(), key().boxed(), (4, 48, 6))
     }
 
     /// Object keys: the envelope's own fields most of the time, else any text.

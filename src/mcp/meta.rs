@@ -144,12 +144,7 @@ mod props {
 
     fn json() -> impl Strategy<Value = Value> {
         let leaf = prop_oneof![
-            Just(Value::Null),
-            any::<bool>().prop_map(Value::Bool),
-            any::<i64>().prop_map(Value::from),
-            any::<f64>().prop_filter_map("finite", |f| serde_json::Number::from_f64(f)
-                .map(Value::Number)),
-            any::<String>().prop_map(Value::String),
+            crate::testkit::json_scalar(),
             // The log level names (and near misses), so that some levels are valid.
             prop::sample::select(
                 crate::mcp::methods::LOG_LEVELS
@@ -160,13 +155,7 @@ mod props {
             )
             .prop_map(Value::from),
         ];
-        leaf.prop_recursive(3, 24, 5, |inner| {
-            prop_oneof![
-                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
-                prop::collection::vec((key(), inner), 0..5)
-                    .prop_map(|kv| Value::Object(kv.into_iter().collect())),
-            ]
-        })
+        crate::testkit::json_tree(leaf.boxed(), key().boxed(), (3, 24, 5))
     }
 
     /// Keys: the protocol's `_meta` fields most of the time, else any text.

@@ -2228,7 +2228,6 @@ mod direct {
     use axum::response::{IntoResponse, Response};
     use axum::serve::ListenerExt;
     use serde_json::{json, Value};
-    use std::io::Read;
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::Arc;
 
@@ -2239,16 +2238,7 @@ mod direct {
     }
 
     pub(crate) fn serve() -> Result<()> {
-        // Exit when the bench goes away (its end of our stdin closes).
-        std::thread::Builder::new()
-            .name("stdin-watch".into())
-            .spawn(|| {
-                let mut sink = [0u8; 64];
-                let mut stdin = std::io::stdin();
-                while matches!(stdin.read(&mut sink), Ok(n) if n > 0) {}
-                std::process::exit(0);
-            })
-            .context("cannot start a thread")?;
+        crate::on_stdin_end(|| std::process::exit(0))?;
         let rt = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()
@@ -2460,4 +2450,20 @@ mod stdio_echo {
         }
         Ok(())
     }
+}
+
+/// Calls `end` (which exits) when the bench goes away: its end of our stdin closes.
+/// For the servers the bench runs as its own children.
+pub(crate) fn on_stdin_end(end: fn() -> !) -> Result<()> {
+    use std::io::Read as _;
+    std::thread::Builder::new()
+        .name("stdin-watch".into())
+        .spawn(move || {
+            let mut sink = [0u8; 64];
+            let mut stdin = std::io::stdin();
+            while matches!(stdin.read(&mut sink), Ok(n) if n > 0) {}
+            end();
+        })
+        .context("cannot start a thread")?;
+    Ok(())
 }

@@ -28,7 +28,6 @@ use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::collections::HashMap;
-use std::io::Read as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -45,15 +44,7 @@ const MAX_LINE: usize = 16 << 20;
 /// Runs a relay of `kind` (`stdio`, `per-session`, `http`; `to`: the HTTP backend).
 pub(crate) fn serve(kind: &str, to: Option<&str>) -> Result<()> {
     // Exit when the bench goes away (its end of our stdin closes).
-    std::thread::Builder::new()
-        .name("stdin-watch".into())
-        .spawn(|| {
-            let mut sink = [0u8; 64];
-            let mut stdin = std::io::stdin();
-            while matches!(stdin.read(&mut sink), Ok(n) if n > 0) {}
-            exit_now();
-        })
-        .context("cannot start a thread")?;
+    crate::on_stdin_end(exit_now)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
