@@ -15,6 +15,10 @@ pub const PROTOCOL_VERSION: http::HeaderName =
     http::HeaderName::from_static("mcp-protocol-version");
 /// `Last-Event-ID` (SSE resumption).
 pub const LAST_EVENT_ID: http::HeaderName = http::HeaderName::from_static("last-event-id");
+/// `Mcp-Method` (stateless era: the request's method).
+pub const METHOD: http::HeaderName = http::HeaderName::from_static("mcp-method");
+/// `Mcp-Name` (stateless era: the tool, prompt or resource the request names).
+pub const NAME: http::HeaderName = http::HeaderName::from_static("mcp-name");
 
 /// The sentinel that marks a Base64-encoded header value (case-sensitive).
 const PREFIX: &str = "=?base64?";

@@ -144,7 +144,7 @@ impl Session {
             return;
         }
         if let Ok(v) = HeaderValue::from_str(&method) {
-            h.insert(HeaderName::from_static("mcp-method"), v);
+            h.insert(crate::mcp::header::METHOD, v);
         }
         if !stateless {
             h.insert(
@@ -159,7 +159,7 @@ impl Session {
         };
         if let Some(v) = name {
             if let Ok(v) = HeaderValue::from_str(&crate::mcp::header::encode(&v)) {
-                h.insert(HeaderName::from_static("mcp-name"), v);
+                h.insert(crate::mcp::header::NAME, v);
             }
         }
     }

@@ -26,7 +26,10 @@ pub(super) struct Declared {
 
 /// A header value as the spec compares it (see [`crate::mcp::header::decode`]);
 /// `Err` when it is not valid.
-pub(super) fn header_text(headers: &HeaderMap, name: &str) -> Result<Option<String>, ()> {
+pub(super) fn header_text(
+    headers: &HeaderMap,
+    name: http::HeaderName,
+) -> Result<Option<String>, ()> {
     match headers.get(name) {
         None => Ok(None),
         Some(v) => crate::mcp::header::decode(v.as_bytes()).map(Some).ok_or(()),
@@ -67,7 +70,7 @@ pub(super) fn validate(
             .with_data(json!({ "supported": all_versions(), "requested": version })),
         ));
     }
-    match header_text(headers, "mcp-method") {
+    match header_text(headers, crate::mcp::header::METHOD) {
         Ok(Some(m)) if m == method => {}
         Ok(Some(m)) => {
             return Err(bad(
@@ -97,7 +100,7 @@ pub(super) fn validate(
             .get(field)
             .and_then(Value::as_str)
             .unwrap_or_default();
-        match header_text(headers, "mcp-name") {
+        match header_text(headers, crate::mcp::header::NAME) {
             Ok(Some(n)) if n == body => {}
             Ok(Some(n)) => {
                 return Err(bad(
