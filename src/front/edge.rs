@@ -21,6 +21,32 @@ where
     F: FnOnce(HttpRequest, Principal) -> Fut,
     Fut: std::future::Future<Output = HttpResponse>,
 {
+    gate(app, req, |req| async move {
+        match authenticate(app, req.method(), req.uri(), req.headers()).await {
+            Ok(principal) => inner(req, principal).await,
+            Err(refused) => refused.into_response(),
+        }
+    })
+    .await
+}
+
+/// Any other path: 404 (a preflight from an allowed Origin 204, as on every path),
+/// after the same Host / Origin check: a refused Origin learns nothing about which
+/// paths exist.
+pub(super) async fn not_found(State(app): State<Arc<App>>, req: HttpRequest) -> HttpResponse {
+    gate(&app, req, |_| async {
+        StatusCode::NOT_FOUND.into_response()
+    })
+    .await
+}
+
+/// Host / Origin (403), a CORS preflight from an allowed Origin answered, else
+/// `inner`; every answer gets the CORS headers its Origin earned.
+async fn gate<F, Fut>(app: &App, req: HttpRequest, inner: F) -> HttpResponse
+where
+    F: FnOnce(HttpRequest) -> Fut,
+    Fut: std::future::Future<Output = HttpResponse>,
+{
     let cors_origin = match check_origin(app, &req) {
         Ok(o) => o,
         Err(refused) => return refused.into_response(),
@@ -29,31 +55,10 @@ where
     let mut resp = if req.method() == Method::OPTIONS && cors_origin.is_some() {
         preflight()
     } else {
-        match authenticate(app, req.method(), req.uri(), req.headers()).await {
-            Ok(principal) => inner(req, principal).await,
-            Err(refused) => refused.into_response(),
-        }
+        inner(req).await
     };
     with_cors(&mut resp, cors_origin);
     resp
-}
-
-/// Any other path: 404 (a preflight from an allowed Origin 204, as on every path),
-/// after the same Host / Origin check: a refused Origin learns nothing about which
-/// paths exist.
-pub(super) async fn not_found(State(app): State<Arc<App>>, req: HttpRequest) -> HttpResponse {
-    match check_origin(&app, &req) {
-        Ok(cors_origin) => {
-            let mut resp = if req.method() == Method::OPTIONS && cors_origin.is_some() {
-                preflight()
-            } else {
-                StatusCode::NOT_FOUND.into_response()
-            };
-            with_cors(&mut resp, cors_origin);
-            resp
-        }
-        Err(refused) => refused.into_response(),
-    }
 }
 
 /// The CORS headers for an allowed Origin.
