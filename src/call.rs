@@ -63,8 +63,13 @@ pub struct ClientView {
     /// The client's other `io.modelcontextprotocol/` `_meta` keys of this request
     /// (`clientInfo`, …): a stateless-era backend gets them in its `_meta`; they are
     /// not in the relayed params, which a session-era backend then takes as they are.
-    pub meta: Option<Arc<serde_json::Map<String, serde_json::Value>>>,
+    /// Each is a key and its value's JSON text as the client wrote it, parsed only
+    /// for a backend that takes it.
+    pub meta: Option<MetaText>,
 }
+
+/// `_meta` keys and their values' JSON text, as a client wrote them.
+pub type MetaText = Arc<[(String, String)]>;
 
 impl Default for ClientView {
     /// Gantry's own requests: no capabilities, no logs, session-era results.

@@ -8,6 +8,9 @@
 //! serde skips a value only by scanning it as JSON, several times slower per byte
 //! than this, and a text search for a needle looks inside the arguments too.
 
+use std::borrow::Cow;
+use std::collections::HashMap;
+
 /// The members of the object `obj` (valid JSON text), in order; nothing if it is not
 /// an object. A repeated key is yielded each time.
 pub fn members(obj: &str) -> Members<'_> {
@@ -32,6 +35,141 @@ pub fn key_is(written: &str, name: &str) -> bool {
         return inner == name;
     }
     serde_json::from_str::<String>(written).is_ok_and(|k| k == name)
+}
+
+/// A string's value from its JSON text (quotes and escapes included): the text
+/// between the quotes when it has no escape, else decoded; `None` if it is not a
+/// string.
+pub fn string_value(written: &str) -> Option<Cow<'_, str>> {
+    let inner = written.strip_prefix('"')?.strip_suffix('"')?;
+    if !inner.contains('\\') {
+        return Some(Cow::Borrowed(inner));
+    }
+    serde_json::from_str::<String>(written).ok().map(Cow::Owned)
+}
+
+/// An object read from valid JSON text as its parsers see it: each key decoded and
+/// its value's text as written (nothing parsed), a repeated key once, with its last
+/// value, at its first place (as serde_json's order-preserving map keeps it).
+#[derive(Default)]
+pub struct Object<'a> {
+    entries: Vec<(Cow<'a, str>, &'a str)>,
+    /// Key → place in `entries`, once there are too many for a linear search.
+    index: Option<HashMap<Cow<'a, str>, usize>>,
+}
+
+/// Members up to which a repeated key is found by comparing with each.
+const LINEAR: usize = 16;
+
+impl<'a> Object<'a> {
+    /// The members of `text`; `None` unless it is an object.
+    pub fn parse(text: &'a str) -> Option<Self> {
+        let open = skip_ws(text.as_bytes(), 0);
+        Self::read_at(text, open, None).map(|(o, ..)| o)
+    }
+
+    /// The members of `text` and those of its member `key` when that is an object
+    /// (`_meta` beside the params), read in one pass; `None` unless `text` is an
+    /// object.
+    pub fn parse_with(text: &'a str, key: &str) -> Option<(Self, Option<Self>)> {
+        let open = skip_ws(text.as_bytes(), 0);
+        Self::read_at(text, open, Some(key)).map(|(o, inner, _)| (o, inner))
+    }
+
+    /// The object opening at `open`, the object value of its member `nested` (the
+    /// last one, if it is an object), and where the object ends.
+    fn read_at(
+        text: &'a str,
+        open: usize,
+        nested: Option<&str>,
+    ) -> Option<(Self, Option<Self>, usize)> {
+        let b = text.as_bytes();
+        (b.get(open) == Some(&b'{')).then_some(())?;
+        let mut o = Object {
+            // Most params and `_meta` objects have a few members.
+            entries: Vec::with_capacity(8),
+            index: None,
+        };
+        let mut inner = None;
+        let mut at = skip_ws(b, open + 1);
+        if b.get(at) == Some(&b'}') {
+            return Some((o, None, at + 1));
+        }
+        loop {
+            let (key, value_at) = key_at(b, at)?;
+            let key = string_value(text.get(key)?)?;
+            let end = if nested.is_some_and(|n| key == n) {
+                if b.get(value_at) == Some(&b'{') {
+                    let (obj, _, end) = Self::read_at(text, value_at, None)?;
+                    inner = Some(obj);
+                    end
+                } else {
+                    inner = None;
+                    value_end(b, value_at)?
+                }
+            } else {
+                value_end(b, value_at)?
+            };
+            o.insert(key, text.get(value_at..end)?);
+            let sep = skip_ws(b, end);
+            match b.get(sep)? {
+                b',' => at = skip_ws(b, sep + 1),
+                b'}' => return Some((o, inner, sep + 1)),
+                _ => return None,
+            }
+        }
+    }
+
+    fn insert(&mut self, key: Cow<'a, str>, value: &'a str) {
+        let at = match &self.index {
+            Some(index) => index.get(&key).copied(),
+            None => self.entries.iter().position(|(k, _)| *k == key),
+        };
+        if let Some(slot) = at.and_then(|i| self.entries.get_mut(i)) {
+            slot.1 = value;
+            return;
+        }
+        if let Some(index) = &mut self.index {
+            index.insert(key.clone(), self.entries.len());
+        }
+        self.entries.push((key, value));
+        if self.index.is_none() && self.entries.len() > LINEAR {
+            let index = self
+                .entries
+                .iter()
+                .enumerate()
+                .map(|(i, (k, _))| (k.clone(), i))
+                .collect();
+            self.index = Some(index);
+        }
+    }
+
+    /// The text of the value of `key`.
+    pub fn get(&self, key: &str) -> Option<&'a str> {
+        let at = match &self.index {
+            Some(index) => index.get(key).copied(),
+            None => self.entries.iter().position(|(k, _)| k == key),
+        };
+        at.and_then(|i| self.entries.get(i)).map(|(_, v)| *v)
+    }
+
+    /// The value of `key` if it is a string, decoded.
+    pub fn str(&self, key: &str) -> Option<Cow<'a, str>> {
+        string_value(self.get(key)?)
+    }
+
+    /// Keys and value texts, in order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &'a str)> + '_ {
+        self.entries.iter().map(|(k, v)| (k.as_ref(), *v))
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
 }
 
 /// Iterator of [`members`]: (key as written, value text).
@@ -75,12 +213,18 @@ impl<'a> Iterator for Members<'a> {
 
 /// The key and the value of the member whose key opens at `key_at`.
 fn member_at(b: &[u8], key_at: usize) -> Option<(std::ops::Range<usize>, std::ops::Range<usize>)> {
+    let (key, value_at) = self::key_at(b, key_at)?;
+    let value_end = value_end(b, value_at)?;
+    Some((key, value_at..value_end))
+}
+
+/// The key of the member whose key opens at `key_at`, and where its value starts.
+fn key_at(b: &[u8], key_at: usize) -> Option<(std::ops::Range<usize>, usize)> {
+    (b.get(key_at) == Some(&b'"')).then_some(())?;
     let key_end = string_end(b, key_at)?;
     let colon = skip_ws(b, key_end);
     (b.get(colon) == Some(&b':')).then_some(())?;
-    let value_at = skip_ws(b, colon + 1);
-    let value_end = value_end(b, value_at)?;
-    Some((key_at..key_end, value_at..value_end))
+    Some((key_at..key_end, skip_ws(b, colon + 1)))
 }
 
 fn skip_ws(b: &[u8], mut i: usize) -> usize {
@@ -90,11 +234,20 @@ fn skip_ws(b: &[u8], mut i: usize) -> usize {
     i
 }
 
+/// Bytes of a string looked at one by one before a vector search: most keys and
+/// short values end within them, sooner than the search is set up.
+const SHORT: usize = 16;
+
 /// The end (after the closing quote) of the string opening at `open`.
 fn string_end(b: &[u8], open: usize) -> Option<usize> {
     let mut i = open + 1;
     loop {
-        let k = i + memchr::memchr2(b'"', b'\\', b.get(i..)?)?;
+        let rest = b.get(i..)?;
+        let head = rest.get(..SHORT).unwrap_or(rest);
+        let k = match head.iter().position(|c| matches!(c, b'"' | b'\\')) {
+            Some(k) => i + k,
+            None => i + head.len() + memchr::memchr2(b'"', b'\\', rest.get(head.len()..)?)?,
+        };
         if b.get(k) == Some(&b'\\') {
             // The escaped character (`"`, `\` or a letter of `\uXXXX`) is skipped.
             i = k + 2;
@@ -113,19 +266,25 @@ fn value_end(b: &[u8], at: usize) -> Option<usize> {
             let mut depth = 0usize;
             let mut i = at;
             loop {
+                // Numbers, literals, commas and colons are passed over in one tight
+                // loop: `| 0x20` makes `[` `{` and `]` `}` (and leaves `"`; the only
+                // other byte it makes one of these, 0x02, cannot occur in JSON).
+                i += b
+                    .get(i..)?
+                    .iter()
+                    .position(|c| matches!(c | 0x20, b'"' | b'{' | b'}'))?;
                 match b.get(i)? {
                     b'"' => {
                         i = string_end(b, i)?;
                         continue;
                     }
                     b'{' | b'[' => depth += 1,
-                    b'}' | b']' => {
+                    _ => {
                         depth = depth.checked_sub(1)?;
                         if depth == 0 {
                             return Some(i + 1);
                         }
                     }
-                    _ => {}
                 }
                 i += 1;
             }
@@ -174,6 +333,28 @@ mod tests {
         assert_eq!(members("{}").count(), 0);
         assert_eq!(members(" { } ").count(), 0);
         assert_eq!(members("\"x\"").count(), 0);
+    }
+    #[test]
+    fn an_object_keeps_each_key_once_with_its_last_value() {
+        let o = Object::parse(r#"{"a":1,"b":"x","a":2,"\u0062":"y\n"}"#).unwrap();
+        let all: Vec<(&str, &str)> = o.iter().collect();
+        assert_eq!(all, vec![("a", "2"), ("b", r#""y\n""#)]);
+        assert_eq!(o.str("b").as_deref(), Some("y\n"));
+        assert_eq!(o.str("a"), None);
+        assert!(Object::parse("[1]").is_none());
+        assert!(Object::parse(" {}").unwrap().is_empty());
+        // Past the linear search, the index finds repeats the same way.
+        let mut text = String::from("{");
+        for i in 0..40 {
+            text.push_str(&format!("\"k{}\":{i},", i % 25));
+        }
+        text.push_str("\"k0\":\"end\"}");
+        let o = Object::parse(&text).unwrap();
+        assert_eq!(o.len(), 25);
+        assert_eq!(o.get("k0"), Some("\"end\""));
+        assert_eq!(o.get("k3"), Some("28"));
+        assert_eq!(o.get("k24"), Some("24"));
+        assert_eq!(o.iter().nth(3).map(|(k, _)| k), Some("k3"));
     }
 }
 
@@ -241,6 +422,21 @@ mod props {
                 let last = member(&text, k).map(|v| serde_json::from_str::<Value>(v).unwrap());
                 prop_assert_eq!(last.as_ref(), expected.get(k));
             }
+            // An `Object` holds what serde's order-preserving map holds, in its order.
+            let object = Object::parse(&text).unwrap();
+            let Value::Object(map) = &expected else { panic!("an object") };
+            prop_assert_eq!(object.len(), map.len());
+            for ((k, v), (mk, mv)) in object.iter().zip(map) {
+                prop_assert_eq!(k, mk.as_str());
+                prop_assert_eq!(&serde_json::from_str::<Value>(v).unwrap(), mv);
+                prop_assert_eq!(object.str(k).map(|s| Value::String(s.into_owned())), mv.as_str().map(Value::from));
+            }
+            // Read in one pass with its member `a`: the same as read one by one.
+            let (top, a) = Object::parse_with(&text, "a").unwrap();
+            let pairs = |o: &Object| o.iter().map(|(k, v)| (k.to_owned(), v.to_owned())).collect::<Vec<_>>();
+            prop_assert_eq!(pairs(&top), pairs(&object));
+            let a_alone = object.get("a").and_then(Object::parse);
+            prop_assert_eq!(a.as_ref().map(pairs), a_alone.as_ref().map(pairs));
         }
     }
 }

@@ -4,20 +4,22 @@
 
 use super::methods::level_rank;
 use super::{META_CLIENT_CAPABILITIES, META_CLIENT_INFO, META_LOG_LEVEL, META_PROTOCOL_VERSION};
-use serde_json::{Map, Value};
+use crate::jsonrpc::members::{string_value, Object};
+use std::borrow::Cow;
 
-/// The protocol's own `_meta` fields of a stateless-era request.
+/// The protocol's own `_meta` fields of a stateless-era request, as written (read
+/// from the request's text, nothing parsed but the version).
 #[derive(Debug, PartialEq)]
 pub struct RequestMeta<'a> {
     /// `io.modelcontextprotocol/protocolVersion` (required).
-    pub protocol_version: &'a str,
-    /// `io.modelcontextprotocol/clientCapabilities` (required, an object).
-    pub client_capabilities: &'a Value,
-    /// `io.modelcontextprotocol/clientInfo`, if sent.
-    pub client_info: Option<&'a Value>,
+    pub protocol_version: Cow<'a, str>,
+    /// `io.modelcontextprotocol/clientCapabilities` (required, an object): its text.
+    pub client_capabilities: &'a str,
+    /// `io.modelcontextprotocol/clientInfo`, if sent: its text.
+    pub client_info: Option<&'a str>,
     /// `io.modelcontextprotocol/logLevel`, if sent: still to be checked with
     /// [`RequestMeta::log_rank`] (validation order puts it last).
-    log_level: Option<&'a Value>,
+    log_level: Option<&'a str>,
 }
 
 /// Why a request's `_meta` is not what the era requires.
@@ -34,19 +36,16 @@ pub enum MetaError {
 }
 
 impl<'a> RequestMeta<'a> {
-    /// Reads the `_meta` of a request's params.
-    pub fn read(params: &'a Map<String, Value>) -> Result<Self, MetaError> {
-        let meta = params
-            .get("_meta")
-            .and_then(Value::as_object)
-            .ok_or(MetaError::Missing)?;
+    /// Reads a request's `_meta` (`None`: absent, or not an object).
+    pub fn read(meta: Option<&Object<'a>>) -> Result<Self, MetaError> {
+        let meta = meta.ok_or(MetaError::Missing)?;
         let protocol_version = meta
             .get(META_PROTOCOL_VERSION)
-            .and_then(Value::as_str)
+            .and_then(string_value)
             .ok_or(MetaError::NoVersion)?;
         let client_capabilities = meta
             .get(META_CLIENT_CAPABILITIES)
-            .filter(|c| c.is_object())
+            .filter(|c| c.starts_with('{'))
             .ok_or(MetaError::NoCapabilities)?;
         Ok(Self {
             protocol_version,
@@ -61,9 +60,8 @@ impl<'a> RequestMeta<'a> {
     pub fn log_rank(&self) -> Result<Option<u8>, MetaError> {
         match self.log_level {
             None => Ok(None),
-            Some(l) => l
-                .as_str()
-                .and_then(level_rank)
+            Some(l) => string_value(l)
+                .and_then(|l| level_rank(&l))
                 .map(Some)
                 .ok_or(MetaError::BadLogLevel),
         }
@@ -73,13 +71,16 @@ impl<'a> RequestMeta<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{json, Value};
 
-    fn params(v: Value) -> Map<String, Value> {
-        match v {
-            Value::Object(m) => m,
-            _ => Map::new(),
-        }
+    /// Reads the `_meta` of params written as `text`.
+    pub(super) fn read(text: &str) -> Result<RequestMeta<'_>, MetaError> {
+        let meta = Object::parse(text).and_then(|p| p.get("_meta").and_then(Object::parse));
+        RequestMeta::read(meta.as_ref())
+    }
+
+    fn value(text: Option<&str>) -> Option<Value> {
+        text.map(|t| serde_json::from_str(t).unwrap())
     }
 
     #[test]
@@ -102,35 +103,46 @@ mod tests {
             ),
         ];
         for (p, want) in cases {
-            let p = params(p);
-            assert_eq!(RequestMeta::read(&p).err(), Some(want), "{p:?}");
+            let p = p.to_string();
+            assert_eq!(read(&p).err(), Some(want), "{p}");
         }
     }
 
     #[test]
     fn a_complete_meta_is_read_and_its_log_level_ranked() {
-        let p = params(json!({"_meta": {
+        let p = json!({"_meta": {
             META_PROTOCOL_VERSION: "2026-07-28",
             META_CLIENT_CAPABILITIES: {"sampling": {}},
             META_CLIENT_INFO: {"name": "c", "version": "1"},
             META_LOG_LEVEL: "warning",
             "mine": 1,
-        }}));
-        let m = RequestMeta::read(&p).unwrap();
+        }})
+        .to_string();
+        let m = read(&p).unwrap();
         assert_eq!(m.protocol_version, "2026-07-28");
-        assert_eq!(m.client_capabilities, &json!({"sampling": {}}));
-        assert_eq!(m.client_info, Some(&json!({"name": "c", "version": "1"})));
-        assert_eq!(m.log_rank(), Ok(level_rank("warning")));
-        let quiet = params(json!({"_meta": {
-            META_PROTOCOL_VERSION: "2026-07-28", META_CLIENT_CAPABILITIES: {}}}));
-        assert_eq!(RequestMeta::read(&quiet).unwrap().log_rank(), Ok(None));
-        let loud = params(json!({"_meta": {
-            META_PROTOCOL_VERSION: "2026-07-28", META_CLIENT_CAPABILITIES: {},
-            META_LOG_LEVEL: "shouting"}}));
         assert_eq!(
-            RequestMeta::read(&loud).unwrap().log_rank(),
-            Err(MetaError::BadLogLevel)
+            value(Some(m.client_capabilities)),
+            Some(json!({"sampling": {}}))
         );
+        assert_eq!(
+            value(m.client_info),
+            Some(json!({"name": "c", "version": "1"}))
+        );
+        assert_eq!(m.log_rank(), Ok(level_rank("warning")));
+        // Escapes are decoded, a repeated key counts by its last value.
+        let escaped = r#"{"_meta":{"io.modelcontextprotocol/protocolVersion":"x",
+            "io.modelcontextprotocol/protocolVersion":"2026-07-2\u0038",
+            "io.modelcontextprotocol/clientCapabilities":{}}}"#;
+        assert_eq!(read(escaped).unwrap().protocol_version, "2026-07-28");
+        let quiet = json!({"_meta": {
+            META_PROTOCOL_VERSION: "2026-07-28", META_CLIENT_CAPABILITIES: {}}})
+        .to_string();
+        assert_eq!(read(&quiet).unwrap().log_rank(), Ok(None));
+        let loud = json!({"_meta": {
+            META_PROTOCOL_VERSION: "2026-07-28", META_CLIENT_CAPABILITIES: {},
+            META_LOG_LEVEL: "shouting"}})
+        .to_string();
+        assert_eq!(read(&loud).unwrap().log_rank(), Err(MetaError::BadLogLevel));
     }
 }
 
@@ -141,6 +153,7 @@ mod props {
     use super::*;
     use crate::testkit::config;
     use proptest::prelude::*;
+    use serde_json::{Map, Value};
 
     fn json() -> impl Strategy<Value = Value> {
         let leaf = prop_oneof![
@@ -227,11 +240,17 @@ mod props {
             let caps = meta
                 .and_then(|m| m.get(META_CLIENT_CAPABILITIES))
                 .filter(|c| c.is_object());
-            match RequestMeta::read(&p) {
+            let text = Value::Object(p.clone()).to_string();
+            let value = |t: &str| serde_json::from_str::<Value>(t).unwrap();
+            match super::tests::read(&text) {
                 Ok(m) => {
-                    prop_assert_eq!(Some(m.protocol_version), version);
-                    prop_assert_eq!(Some(m.client_capabilities), caps);
-                    prop_assert_eq!(m.client_info, meta.and_then(|x| x.get(META_CLIENT_INFO)));
+                    prop_assert_eq!(Some(m.protocol_version.as_ref()), version);
+                    // Compared as parsed from text both ways (floats do not all
+                    // survive a round trip exactly).
+                    let again = |v: &Value| value(&v.to_string());
+                    prop_assert_eq!(Some(value(m.client_capabilities)), caps.map(again));
+                    let info = meta.and_then(|x| x.get(META_CLIENT_INFO)).map(again);
+                    prop_assert_eq!(m.client_info.map(value), info);
                     let level = meta.and_then(|x| x.get(META_LOG_LEVEL));
                     match (m.log_rank(), level) {
                         (Ok(None), None) => {}

@@ -72,7 +72,9 @@ pub(super) fn for_stateless_era(
         .unwrap_or_default();
     if let Some(mut m) = meta_object::<serde_json::Map<String, serde_json::Value>>(&p) {
         for (k, v) in client.meta.iter().flat_map(|m| m.iter()) {
-            m.insert(k.clone(), v.clone());
+            if let Ok(v) = serde_json::from_str(v) {
+                m.insert(k.clone(), v);
+            }
         }
         m.insert(
             crate::mcp::META_PROTOCOL_VERSION.into(),
@@ -335,15 +337,14 @@ mod tests {
         let args = r#"{ "b": 1.50, "a" : [1,2] }"#;
         let params =
             format!(r#"{{"name":"echo","arguments":{args},"_meta":{{"progressToken":7}}}}"#);
-        let mut meta = serde_json::Map::new();
-        meta.insert(
-            "io.modelcontextprotocol/clientInfo".into(),
-            serde_json::json!({"name": "c"}),
-        );
+        let meta = [(
+            "io.modelcontextprotocol/clientInfo".to_owned(),
+            r#"{"name":"c"}"#.to_owned(),
+        )];
         let client = crate::call::ClientView {
             capabilities: Some(std::sync::Arc::new(serde_json::json!({"roots": {}}))),
             log_level: Some("info"),
-            meta: Some(std::sync::Arc::new(meta)),
+            meta: Some(meta.into()),
             ..Default::default()
         };
         let out = for_stateless_era(raw(&params), &client);

@@ -15,7 +15,7 @@ use crate::front::stateless::input_capable;
 use crate::front::stateless::json_body;
 use crate::front::stateless::server_info;
 use crate::front::stateless::validate::Declared;
-use crate::front::stateless::{relayed, server_info_raw};
+use crate::front::stateless::{relayed, server_info_raw, Params};
 use crate::jsonrpc::{code, to_raw, Notification, Request, RequestId, Response, RpcError};
 use crate::mcp::META_SERVER_INFO;
 use crate::router::level_rank;
@@ -202,42 +202,31 @@ pub(super) async fn call(
     app: Arc<App>,
     principal: Principal,
     internal: Arc<Internal>,
-    req: Request,
-    params: Map<String, Value>,
-    arguments: Option<Box<RawValue>>,
+    id: RequestId,
+    method: String,
+    params: &Params<'_>,
     declared: Declared,
     accepts: Accepts,
 ) -> HttpResponse {
-    let method = req.method.clone();
     let binding = input_capable(&method).map(|field| Binding {
         principal: principal.as_str().to_owned(),
         method: method.clone(),
-        name: params
-            .get(field)
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned(),
+        name: params.str(field).unwrap_or_default().into_owned(),
     });
     // `inputResponses` and `requestState` travel on: a stateless-era backend needs
     // them, and they are removed for session-era ones. The protocol's `_meta` keys
     // go beside the params (`ClientView`), for a stateless-era backend only.
-    let (mut fields, meta) = relayed(&params, arguments);
-    let state = params
-        .get("requestState")
-        .and_then(Value::as_str)
-        .map(str::to_owned);
-    if let (Some(state), Some(binding)) = (state, &binding) {
+    let mut foreign = None;
+    if let (Some(state), Some(binding)) = (params.str("requestState"), &binding) {
         if state.starts_with("g2.") {
             // A stateless-era backend's own state, wrapped by Gantry: unwrapped for it.
             match app.mrtr.open_foreign(&state, binding) {
-                Ok(inner) => {
-                    fields.insert("requestState".into(), to_raw(&Value::String(inner)));
-                }
+                Ok(inner) => foreign = Some(inner),
                 Err(e) => {
                     tracing::info!(principal = %binding.principal, error = %e, "stateless retry refused");
                     return answer(
                         StatusCode::OK,
-                        Some(req.id),
+                        Some(id),
                         &RpcError::new(code::INVALID_PARAMS, e.to_string()),
                     );
                 }
@@ -245,19 +234,19 @@ pub(super) async fn call(
         } else {
             return resume(
                 app,
-                req.id,
+                id,
                 &method,
                 binding.clone(),
-                state,
-                &params,
+                state.into_owned(),
+                params,
                 declared,
                 accepts,
             )
             .await;
         }
     }
+    let (relayed, meta) = relayed(params, foreign.as_deref());
     let session = internal.session.clone();
-    let meta = meta.map(Arc::new);
     let capabilities = Arc::new(declared.capabilities);
     let client = crate::call::ClientView {
         capabilities: Some(capabilities.clone()),
@@ -269,9 +258,9 @@ pub(super) async fn call(
         meta,
     };
     let upstream = Request {
-        id: req.id.clone(),
-        method: req.method,
-        params: Some(to_raw(&fields)),
+        id: id.clone(),
+        method: method.clone(),
+        params: relayed,
     };
     let guard = session.track(&upstream.id);
     let cancel = guard.token();
@@ -292,7 +281,7 @@ pub(super) async fn call(
         cancel,
         asked: 0,
     };
-    drive(app, running, req.id, method, binding, accepts).await
+    drive(app, running, id, method, binding, accepts).await
 }
 
 /// A retry with `inputResponses`: the parked call gets its answers and goes on.
@@ -303,12 +292,12 @@ pub(super) async fn resume(
     method: &str,
     binding: Binding,
     state: String,
-    params: &Map<String, Value>,
+    params: &Params<'_>,
     _declared: Declared,
     accepts: Accepts,
 ) -> HttpResponse {
-    let responses = match params.get("inputResponses") {
-        Some(Value::Object(r)) if r.values().all(Value::is_object) => r.clone(),
+    let responses = match params.value("inputResponses") {
+        Some(Value::Object(r)) if r.values().all(Value::is_object) => r,
         _ => {
             return answer(
                 StatusCode::OK,

@@ -111,8 +111,8 @@ impl Listeners {
 }
 
 /// Honoured subset of a listen request's `notifications`, or a -32602.
-pub(super) fn filter_of(params: &Map<String, Value>, caps: &Value) -> Result<Filter, RpcError> {
-    Filter::parse(params.get("notifications"))
+pub(super) fn filter_of(notifications: Option<&Value>, caps: &Value) -> Result<Filter, RpcError> {
+    Filter::parse(notifications)
         .map(|f| f.within(caps))
         .map_err(|why| RpcError::new(code::INVALID_PARAMS, why))
 }
@@ -135,7 +135,7 @@ pub(super) async fn listen(
     app: Arc<App>,
     internal: Arc<Internal>,
     id: RequestId,
-    params: &Map<String, Value>,
+    notifications: Option<&Value>,
 ) -> HttpResponse {
     let caps = internal
         .init
@@ -157,7 +157,7 @@ pub(super) async fn listen(
             ),
         );
     }
-    let filter = match filter_of(params, &caps) {
+    let filter = match filter_of(notifications, &caps) {
         Ok(f) => f,
         Err(e) => return answer(StatusCode::OK, Some(id), &e),
     };

@@ -38,12 +38,16 @@ pub(crate) use self::route::Internal;
 use super::http::Accepts;
 use super::{App, FrontError};
 use crate::auth::Principal;
-use crate::jsonrpc::{code, to_raw, Message, RequestId, Response, RpcError};
+use crate::jsonrpc::members::Object;
+use crate::jsonrpc::{
+    code, push_json_string, to_raw, Message, Request, RequestId, Response, RpcError,
+};
 use crate::mcp::Era;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response as HttpResponse};
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use crate::mcp::{all_versions, META_PREFIX, META_SERVER_INFO, SESSION_VERSIONS};
@@ -76,38 +80,34 @@ pub(crate) fn is_stateless(headers: &HeaderMap, m: &Message) -> bool {
     meta_of(params).is_some_and(|m| m.keys().any(|k| k.starts_with(META_PREFIX)))
 }
 
-/// A request's params split in one pass: every top-level field but `arguments`
-/// parsed, `arguments` (the bulk of a large call) kept as the client wrote it.
-pub(super) struct Split {
-    pub(super) params: Map<String, Value>,
-    pub(super) arguments: Option<Box<RawValue>>,
+/// A request's params as written, read once: its top-level members and those of
+/// its `_meta` (keys decoded, each value's text as written, nothing parsed), so a
+/// tool's `arguments`, the bulk of a large call, are relayed as the client wrote
+/// them.
+pub(super) struct Params<'a> {
+    pub(super) top: Object<'a>,
+    /// `_meta`, if it is an object.
+    pub(super) meta: Option<Object<'a>>,
 }
 
-impl<'de> serde::Deserialize<'de> for Split {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Fields;
-        impl<'de> serde::de::Visitor<'de> for Fields {
-            type Value = Split;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("an object")
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut a: A) -> Result<Split, A::Error> {
-                let mut split = Split {
-                    params: Map::new(),
-                    arguments: None,
-                };
-                while let Some(k) = a.next_key::<String>()? {
-                    if k == "arguments" {
-                        split.arguments = Some(a.next_value()?);
-                    } else {
-                        let v: Value = a.next_value()?;
-                        split.params.insert(k, v);
-                    }
-                }
-                Ok(split)
-            }
-        }
-        d.deserialize_map(Fields)
+impl<'a> Params<'a> {
+    /// `None` when the params are not an object.
+    pub(super) fn read(raw: Option<&'a RawValue>) -> Option<Self> {
+        let (top, meta) = match raw {
+            Some(raw) => Object::parse_with(raw.get(), "_meta")?,
+            None => (Object::default(), None),
+        };
+        Some(Params { top, meta })
+    }
+
+    /// The string value of a top-level field.
+    pub(super) fn str(&self, field: &str) -> Option<Cow<'a, str>> {
+        self.top.str(field)
+    }
+
+    /// A top-level field parsed (for fields read on the rarer paths).
+    pub(super) fn value(&self, field: &str) -> Option<Value> {
+        serde_json::from_str(self.top.get(field)?).ok()
     }
 }
 
@@ -168,42 +168,30 @@ pub(crate) async fn post(
         }
         Message::Request(r) => r,
     };
-    // The top-level fields are read; a tool's `arguments` (the bulk of a large
-    // call) are relayed as the client wrote them.
-    let parsed = req
-        .params
-        .as_deref()
-        .map(|p| serde_json::from_str::<Split>(p.get()));
-    let Split { params, arguments } = match parsed {
-        None => Split {
-            params: Map::new(),
-            arguments: None,
-        },
-        Some(Ok(p)) => p,
-        Some(Err(_)) => {
-            return answer(
-                StatusCode::BAD_REQUEST,
-                Some(req.id),
-                &RpcError::new(code::INVALID_PARAMS, "params must be an object"),
-            )
-        }
+    let Request { id, method, params } = req;
+    let Some(params) = Params::read(params.as_deref()) else {
+        return answer(
+            StatusCode::BAD_REQUEST,
+            Some(id),
+            &RpcError::new(code::INVALID_PARAMS, "params must be an object"),
+        );
     };
-    let declared = match validate(headers, &req.method, &params) {
+    let declared = match validate(headers, &method, &params) {
         Ok(d) => d,
         Err(Refusal(status, e)) => {
-            tracing::debug!(method = %clip(&req.method), code = e.code, "stateless request refused");
-            return answer(status, Some(req.id), &e);
+            tracing::debug!(method = %clip(&method), code = e.code, "stateless request refused");
+            return answer(status, Some(id), &e);
         }
     };
-    if REMOVED.contains(&req.method.as_str()) {
+    if REMOVED.contains(&method.as_str()) {
         return answer(
             StatusCode::NOT_FOUND,
-            Some(req.id),
+            Some(id),
             &RpcError::new(
                 code::METHOD_NOT_FOUND,
                 format!(
                     "Method not found: {} does not exist in protocol 2026-07-28",
-                    req.method
+                    method
                 ),
             ),
         );
@@ -215,37 +203,34 @@ pub(crate) async fn post(
         Ok(i) => i,
         Err(e) => return e,
     };
-    if req.method == "tools/call" {
-        let name = params
-            .get("name")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
+    if method == "tools/call" {
+        let name = params.str("name").unwrap_or_default();
         let declared = tool_headers(&app, &internal).await;
         let none = Vec::new();
-        let mirrored = declared.get(name).unwrap_or(&none);
+        let mirrored = declared.get(name.as_ref()).unwrap_or(&none);
         let sent_any = headers.keys().any(|k| k.as_str().starts_with("mcp-param-"));
         if !mirrored.is_empty() || sent_any {
-            let arguments = arguments
-                .as_deref()
-                .and_then(|a| serde_json::from_str(a.get()).ok())
-                .unwrap_or(Value::Null);
+            let arguments = params.value("arguments").unwrap_or(Value::Null);
             if let Err(why) = crate::mcp::param::check(mirrored, &arguments, |h| {
                 headers.get(h).map(HeaderValue::as_bytes)
             }) {
                 return answer(
                     StatusCode::BAD_REQUEST,
-                    Some(req.id),
+                    Some(id),
                     &RpcError::new(code::HEADER_MISMATCH, format!("Header mismatch: {why}")),
                 );
             }
         }
     }
-    match req.method.as_str() {
-        "server/discover" => discover(&app, &internal, req.id),
-        "subscriptions/listen" => listen(app, internal, req.id, &params).await,
+    match method.as_str() {
+        "server/discover" => discover(&app, &internal, id),
+        "subscriptions/listen" => {
+            let notifications = params.value("notifications");
+            listen(app, internal, id, notifications.as_ref()).await
+        }
         _ => {
             call(
-                app, principal, internal, req, params, arguments, declared, accepts,
+                app, principal, internal, id, method, &params, declared, accepts,
             )
             .await
         }
@@ -271,41 +256,67 @@ const RESTATED_META: [&str; 3] = [
     crate::mcp::META_LOG_LEVEL,
 ];
 
-/// The params of a request as relayed to a backend: `params` (the request's
-/// parsed top level) and its `arguments` as written, without the protocol's own
-/// `_meta` keys (`io.modelcontextprotocol/…`). Those a backend connection does not
-/// restate are returned, for [`crate::call::ClientView::meta`]; the client's other
-/// `_meta` keys stay.
+/// The params of a request as relayed to a backend, written around the client's
+/// own text (a tool's arguments are not parsed): without the protocol's own
+/// `_meta` keys (`io.modelcontextprotocol/…`), and with `state` as `requestState`
+/// when given. Those protocol keys a backend connection does not restate are
+/// returned, for [`crate::call::ClientView::meta`]; the client's other `_meta` keys
+/// stay.
 pub(super) fn relayed(
-    params: &Map<String, Value>,
-    arguments: Option<Box<RawValue>>,
-) -> (crate::mcp::results::Fields, Option<Map<String, Value>>) {
-    let mut fields = crate::mcp::results::Fields::with_capacity(params.len() + 1);
-    let mut modern = Map::new();
-    for (k, v) in params {
-        match v {
-            Value::Object(meta) if k == "_meta" => {
-                let mut rest = Map::new();
-                for (k, v) in meta {
+    params: &Params<'_>,
+    state: Option<&str>,
+) -> (Option<Box<RawValue>>, Option<crate::call::MetaText>) {
+    let mut out = String::with_capacity(
+        params
+            .top
+            .iter()
+            .map(|(k, v)| k.len() + v.len() + 4)
+            .sum::<usize>()
+            + 2,
+    );
+    let mut modern = Vec::new();
+    out.push('{');
+    for (k, v) in params.top.iter() {
+        let start = out.len();
+        if out.len() > 1 {
+            out.push(',');
+        }
+        push_json_string(&mut out, k);
+        out.push(':');
+        match (k, &params.meta, state) {
+            ("_meta", Some(meta), _) => {
+                let open = out.len();
+                out.push('{');
+                for (k, v) in meta.iter() {
                     if !k.starts_with(META_PREFIX) {
-                        rest.insert(k.clone(), v.clone());
-                    } else if !RESTATED_META.contains(&k.as_str()) {
-                        modern.insert(k.clone(), v.clone());
+                        if out.len() > open + 1 {
+                            out.push(',');
+                        }
+                        push_json_string(&mut out, k);
+                        out.push(':');
+                        out.push_str(v);
+                    } else if !RESTATED_META.contains(&k) {
+                        modern.push((k.to_owned(), v.to_owned()));
                     }
                 }
-                if !rest.is_empty() {
-                    fields.insert(k.clone(), to_raw(&rest));
+                if out.len() == open + 1 {
+                    // Nothing of the client's own: no `_meta` at all.
+                    out.truncate(start);
+                    continue;
                 }
+                out.push('}');
             }
-            _ => {
-                fields.insert(k.clone(), to_raw(v));
-            }
+            // Not an object: refused before (validation), never relayed.
+            ("_meta", None, _) => out.truncate(start),
+            ("requestState", _, Some(state)) => push_json_string(&mut out, state),
+            _ => out.push_str(v),
         }
     }
-    if let Some(a) = arguments {
-        fields.insert("arguments".into(), a);
-    }
-    (fields, (!modern.is_empty()).then_some(modern))
+    out.push('}');
+    // Every piece is valid JSON: the check cannot fail, but a failure would be a
+    // request without params rather than a panic.
+    let raw = RawValue::from_string(out).ok();
+    (raw, (!modern.is_empty()).then(|| modern.into()))
 }
 
 /// `cacheScope` of Gantry's answers: `private` as soon as callers are told apart

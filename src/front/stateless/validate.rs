@@ -4,6 +4,7 @@
 
 use crate::front::stateless::clip;
 use crate::front::stateless::input_capable;
+use crate::front::stateless::Params;
 use crate::jsonrpc::{code, RpcError};
 use crate::mcp::meta::RequestMeta;
 use crate::mcp::{all_versions, STATELESS_VERSIONS};
@@ -39,7 +40,7 @@ pub(super) fn header_text(
 pub(super) fn validate(
     headers: &HeaderMap,
     method: &str,
-    params: &Map<String, Value>,
+    params: &Params<'_>,
 ) -> Result<Declared, Refusal> {
     let Some(header_version) = headers.get(crate::mcp::header::PROTOCOL_VERSION) else {
         return Err(bad(
@@ -48,8 +49,9 @@ pub(super) fn validate(
         ));
     };
     let header_version = header_version.to_str().unwrap_or_default().trim();
-    let meta = RequestMeta::read(params).map_err(|e| bad(code::INVALID_PARAMS, e.to_string()))?;
-    let version = meta.protocol_version;
+    let meta = RequestMeta::read(params.meta.as_ref())
+        .map_err(|e| bad(code::INVALID_PARAMS, e.to_string()))?;
+    let version = meta.protocol_version.as_ref();
     if header_version != version {
         return Err(bad(
             code::HEADER_MISMATCH,
@@ -96,10 +98,8 @@ pub(super) fn validate(
         }
     }
     if let Some(field) = input_capable(method) {
-        let body = params
-            .get(field)
-            .and_then(Value::as_str)
-            .unwrap_or_default();
+        let body = params.str(field).unwrap_or_default();
+        let body = body.as_ref();
         match header_text(headers, crate::mcp::header::NAME) {
             Ok(Some(n)) if n == body => {}
             Ok(Some(n)) => {
@@ -129,8 +129,11 @@ pub(super) fn validate(
     let log_rank = meta
         .log_rank()
         .map_err(|e| bad(code::INVALID_PARAMS, e.to_string()))?;
+    // An object (checked by `read`): its text is valid JSON.
+    let capabilities = serde_json::from_str(meta.client_capabilities)
+        .unwrap_or_else(|_| Value::Object(Map::new()));
     Ok(Declared {
-        capabilities: meta.client_capabilities.clone(),
+        capabilities,
         log_rank,
     })
 }
