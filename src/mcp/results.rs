@@ -6,8 +6,11 @@
 
 use super::methods::CACHEABLE;
 use super::META_SERVER_INFO;
+use crate::jsonrpc::members::Object;
+use crate::jsonrpc::push_json_string;
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
+use std::borrow::Cow;
 
 /// `resultType` of a final result.
 pub const COMPLETE: &str = "complete";
@@ -18,48 +21,115 @@ pub const INPUT_REQUIRED: &str = "input_required";
 /// shaping a result touches those fields only (a large `content` is not parsed).
 pub type Fields = indexmap::IndexMap<String, Box<RawValue>>;
 
-/// The value of a field that is a JSON string.
-fn string_of(raw: Option<&RawValue>) -> Option<String> {
-    serde_json::from_str(raw?.get()).ok()
+/// A result read by its top-level members (and those of its `_meta`) for shaping:
+/// nothing is parsed, the content beside them is copied as the backend wrote it.
+pub struct ResultText<'a> {
+    top: Object<'a>,
+    meta: Option<Object<'a>>,
 }
 
-/// Shapes a result of `method` for a stateless-era client: `resultType` (complete
-/// unless the backend said otherwise), for complete cacheable results `ttlMs` (0
-/// unless the backend set it) and `cacheScope` (`private` forced when `private`,
-/// as callers are told apart and what one is shown is not for the others), and
-/// `server_info` in `_meta` unless the backend named itself.
-pub fn shape_for_stateless(
-    result: &mut Fields,
-    method: &str,
-    private: bool,
-    server_info: &RawValue,
-) {
-    use crate::jsonrpc::to_raw;
-    result
-        .entry("resultType".into())
-        .or_insert_with(|| to_raw(&COMPLETE));
-    let complete =
-        string_of(result.get("resultType").map(AsRef::as_ref)).as_deref() == Some(COMPLETE);
-    if complete && CACHEABLE.contains(&method) {
-        result.entry("ttlMs".into()).or_insert_with(|| to_raw(&0));
-        if private {
-            result.insert("cacheScope".into(), to_raw(&"private"));
-        } else {
-            result
-                .entry("cacheScope".into())
-                .or_insert_with(|| to_raw(&"public"));
-        }
+impl<'a> ResultText<'a> {
+    /// A result that is not an object counts as an empty one.
+    pub fn read(result: &'a str) -> Self {
+        let (top, meta) = Object::parse_with(result, "_meta").unwrap_or_default();
+        ResultText { top, meta }
     }
-    // `_meta` is read by its keys only.
-    if let Some(mut meta) = meta_object::<Fields>(result) {
-        if !meta.contains_key(META_SERVER_INFO) {
-            meta.insert(META_SERVER_INFO.into(), server_info.to_owned());
-            result.insert("_meta".into(), to_raw(&meta));
+
+    /// Whether it asks for input.
+    pub fn is_input_required(&self) -> bool {
+        self.top.str("resultType").as_deref() == Some(INPUT_REQUIRED)
+    }
+
+    /// Its `requestState`, when it is a string.
+    pub fn request_state(&self) -> Option<Cow<'a, str>> {
+        self.top.str("requestState")
+    }
+
+    /// Writes the result of `method` shaped for a stateless-era client: `resultType`
+    /// (complete unless the backend said otherwise), for complete cacheable
+    /// results `ttlMs` (0 unless the backend set it) and `cacheScope` (`private`
+    /// forced when `private`, as callers are told apart and what one is shown is
+    /// not for the others), `server_info` in `_meta` unless the backend named
+    /// itself (a `_meta` that is not an object is left as written), and `state` as
+    /// `requestState` when given.
+    pub fn write_for_stateless(
+        &self,
+        out: &mut String,
+        method: &str,
+        private: bool,
+        server_info: &RawValue,
+        state: Option<&str>,
+    ) {
+        let complete = match self.top.str("resultType") {
+            None => true,
+            Some(t) => t == COMPLETE,
+        };
+        let hints = complete && CACHEABLE.contains(&method);
+        let scope = if private { "\"private\"" } else { "\"public\"" };
+        let open = out.len();
+        let member = |out: &mut String, k: &str, v: &str| {
+            if out.len() > open + 1 {
+                out.push(',');
+            }
+            push_json_string(out, k);
+            out.push(':');
+            out.push_str(v);
+        };
+        out.push('{');
+        for (k, v) in self.top.iter() {
+            match (k, &self.meta) {
+                ("cacheScope", _) if hints && private => member(out, k, scope),
+                ("requestState", _) if state.is_some() => member(
+                    out,
+                    k,
+                    &crate::jsonrpc::json_string(state.unwrap_or_default()),
+                ),
+                ("_meta", Some(meta)) if meta.get(META_SERVER_INFO).is_none() => {
+                    member(out, k, "");
+                    write_with_server_info(out, meta, server_info);
+                }
+                _ => member(out, k, v),
+            }
         }
+        if self.top.get("resultType").is_none() {
+            member(out, "resultType", "\"complete\"");
+        }
+        if hints {
+            if self.top.get("ttlMs").is_none() {
+                member(out, "ttlMs", "0");
+            }
+            if self.top.get("cacheScope").is_none() {
+                member(out, "cacheScope", scope);
+            }
+        }
+        if self.top.get("_meta").is_none() {
+            member(out, "_meta", "");
+            write_with_server_info(out, &Object::default(), server_info);
+        }
+        if let (Some(state), None) = (state, self.top.get("requestState")) {
+            member(out, "requestState", &crate::jsonrpc::json_string(state));
+        }
+        out.push('}');
     }
 }
 
-/// Writes `result` shaped for a stateless-era client, as [`shape_for_stateless`]
+/// `meta`'s members and `serverInfo`.
+fn write_with_server_info(out: &mut String, meta: &Object<'_>, server_info: &RawValue) {
+    out.push('{');
+    for (k, v) in meta.iter() {
+        push_json_string(out, k);
+        out.push(':');
+        out.push_str(v);
+        out.push(',');
+    }
+    push_json_string(out, META_SERVER_INFO);
+    out.push(':');
+    out.push_str(server_info.get());
+    out.push('}');
+}
+
+/// Writes `result` shaped for a stateless-era client, as
+/// [`ResultText::write_for_stateless`]
 /// would, into `out` by splicing the added fields before its closing brace: for a
 /// result object that names none of them (what a session-era backend returns), the
 /// content is copied once and never parsed. Returns `false`, having written nothing,
@@ -115,16 +185,6 @@ pub fn meta_object<T: serde::de::DeserializeOwned + Default>(fields: &Fields) ->
     }
 }
 
-/// Whether a shaped result asks for input.
-pub fn is_input_required(result: &Fields) -> bool {
-    string_of(result.get("resultType").map(AsRef::as_ref)).as_deref() == Some(INPUT_REQUIRED)
-}
-
-/// The `requestState` of a result, when it is a string.
-pub fn request_state(result: &Fields) -> Option<String> {
-    string_of(result.get("requestState").map(AsRef::as_ref))
-}
-
 /// One round of input a stateless-era server asks for.
 #[derive(Debug)]
 pub struct InputRound {
@@ -172,15 +232,12 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
     use super::*;
 
-    fn fields(v: &Value) -> Fields {
-        serde_json::from_str(&v.to_string()).unwrap()
-    }
-
     fn shaped(v: Value, method: &str, private: bool) -> Value {
-        let mut m = fields(&v);
+        let text = v.to_string();
         let info = crate::jsonrpc::to_raw(&json!({"name": "gantry"}));
-        shape_for_stateless(&mut m, method, private, &info);
-        serde_json::from_str(&serde_json::to_string(&m).unwrap()).unwrap()
+        let mut out = String::new();
+        ResultText::read(&text).write_for_stateless(&mut out, method, private, &info, None);
+        serde_json::from_str(&out).unwrap()
     }
 
     #[test]
@@ -216,7 +273,40 @@ mod tests {
             false,
         );
         assert!(r.get("ttlMs").is_none(), "{r}");
-        assert!(is_input_required(&fields(&r)));
+        assert!(ResultText::read(&r.to_string()).is_input_required());
+        // A backend's `_meta` gets serverInfo beside its own keys; one that is not
+        // an object is left alone, as is a result that is not an object.
+        assert_eq!(
+            shaped(
+                json!({"content": [], "_meta": {"k": 1}}),
+                "tools/call",
+                false
+            ),
+            json!({"content": [], "resultType": "complete",
+                   "_meta": {"k": 1, META_SERVER_INFO: {"name": "gantry"}}})
+        );
+        assert_eq!(
+            shaped(json!({"content": [], "_meta": 3}), "tools/call", false),
+            json!({"content": [], "resultType": "complete", "_meta": 3})
+        );
+        assert_eq!(
+            shaped(json!([1]), "tools/call", false),
+            json!({"resultType": "complete", "_meta": {META_SERVER_INFO: {"name": "gantry"}}})
+        );
+        // The state the client gets replaces the backend's.
+        let text = r#"{"resultType":"input_required","requestState":"inner"}"#;
+        let r = ResultText::read(text);
+        assert_eq!(r.request_state().as_deref(), Some("inner"));
+        let mut out = String::new();
+        r.write_for_stateless(
+            &mut out,
+            "tools/call",
+            false,
+            &crate::jsonrpc::to_raw(&json!({})),
+            Some("sealed"),
+        );
+        let v: Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["requestState"], "sealed");
     }
 
     #[test]

@@ -60,45 +60,104 @@ pub(super) fn for_session_era(params: Option<Box<RawValue>>) -> Option<Box<RawVa
 }
 
 /// Params for a stateless-era backend: `_meta` says which version, and what the
-/// client can do and wants to hear. Only the top level and `_meta` are read; the
-/// rest (a tool's arguments) is relayed as written.
+/// client can do and wants to hear. Written around the params' own text: only the
+/// top level and `_meta` are read, the rest (a tool's arguments) is copied as
+/// written. Params that are not an object count as none. Also returns what names
+/// the request's subject (`Mcp-Name`: a tool's name, a resource's URI), if any.
 pub(super) fn for_stateless_era(
-    params: Option<Box<RawValue>>,
+    method: &str,
+    params: Option<&RawValue>,
     client: &crate::call::ClientView,
-) -> Fields {
-    let mut p: Fields = params
-        .as_deref()
-        .and_then(|r| serde_json::from_str(r.get()).ok())
-        .unwrap_or_default();
-    if let Some(mut m) = meta_object::<serde_json::Map<String, serde_json::Value>>(&p) {
-        for (k, v) in client.meta.iter().flat_map(|m| m.iter()) {
-            if let Ok(v) = serde_json::from_str(v) {
-                m.insert(k.clone(), v);
-            }
+) -> (Box<RawValue>, Option<String>) {
+    use crate::jsonrpc::members::Object;
+    use crate::jsonrpc::push_json_string;
+    let text = params.map_or("{}", RawValue::get);
+    let (top, meta) = Object::parse_with(text, "_meta").unwrap_or_default();
+    let mut out = String::with_capacity(text.len() + 256);
+    out.push('{');
+    let mut has_meta = false;
+    for (k, v) in top.iter() {
+        if out.len() > 1 {
+            out.push(',');
         }
-        m.insert(
-            crate::mcp::META_PROTOCOL_VERSION.into(),
-            serde_json::json!(STATELESS_VERSION),
-        );
-        m.insert(
-            crate::mcp::META_CLIENT_CAPABILITIES.into(),
-            client
-                .capabilities
-                .as_deref()
-                .cloned()
-                .unwrap_or_else(|| serde_json::json!({})),
-        );
-        match client.log_level {
-            Some(l) => {
-                m.insert(crate::mcp::META_LOG_LEVEL.into(), serde_json::json!(l));
-            }
-            None => {
-                m.remove(crate::mcp::META_LOG_LEVEL);
-            }
+        push_json_string(&mut out, k);
+        out.push(':');
+        match (k, &meta) {
+            ("_meta", Some(meta)) => write_stateless_meta(&mut out, meta, client),
+            // Not an object: left as it was written.
+            _ => out.push_str(v),
         }
-        p.insert("_meta".into(), to_raw(&m));
+        has_meta |= k == "_meta";
     }
-    p
+    if !has_meta {
+        if out.len() > 1 {
+            out.push(',');
+        }
+        out.push_str("\"_meta\":");
+        write_stateless_meta(&mut out, &Object::default(), client);
+    }
+    out.push('}');
+    let named = crate::mcp::header::name_field(method)
+        .and_then(|f| top.str(f))
+        .map(std::borrow::Cow::into_owned);
+    (
+        RawValue::from_string(out).unwrap_or_else(|_| empty_object()),
+        named,
+    )
+}
+
+/// The `_meta` object of a request to a stateless-era backend: the client's own
+/// keys, then the protocol's (which replace any the params had).
+fn write_stateless_meta(
+    out: &mut String,
+    meta: &crate::jsonrpc::members::Object<'_>,
+    client: &crate::call::ClientView,
+) {
+    use crate::jsonrpc::push_json_string;
+    use crate::mcp::{META_CLIENT_CAPABILITIES, META_LOG_LEVEL, META_PROTOCOL_VERSION};
+    let restated = |k: &str| {
+        [
+            META_PROTOCOL_VERSION,
+            META_CLIENT_CAPABILITIES,
+            META_LOG_LEVEL,
+        ]
+        .contains(&k)
+            || client
+                .meta
+                .iter()
+                .flat_map(|m| m.iter())
+                .any(|(m, _)| m == k)
+    };
+    let open = out.len();
+    out.push('{');
+    let member = |out: &mut String, k: &str, v: &str| {
+        if out.len() > open + 1 {
+            out.push(',');
+        }
+        push_json_string(out, k);
+        out.push(':');
+        out.push_str(v);
+    };
+    for (k, v) in meta.iter().filter(|(k, _)| !restated(k)) {
+        member(out, k, v);
+    }
+    for (k, v) in client.meta.iter().flat_map(|m| m.iter()) {
+        member(out, k, v);
+    }
+    member(
+        out,
+        META_PROTOCOL_VERSION,
+        &format!("\"{STATELESS_VERSION}\""),
+    );
+    let caps = client
+        .capabilities
+        .as_deref()
+        .map_or_else(|| "{}".to_owned(), ToString::to_string);
+    member(out, META_CLIENT_CAPABILITIES, &caps);
+    if let Some(l) = client.log_level {
+        member(out, META_LOG_LEVEL, &crate::jsonrpc::json_string(l));
+    }
+    out.push('}');
 }
 
 /// A stateless-era result as a session-era client expects it: without what only
@@ -167,14 +226,23 @@ pub(super) async fn call_stateless(
         }
         _ => {}
     }
-    let base = for_stateless_era(params, &ctx.client);
-    let mut headers = if method == "tools/call" && !core.direct {
-        param_headers(core, gen, &base).await
-    } else {
-        Vec::new()
+    let (base, named) = for_stateless_era(method, params.as_deref(), &ctx.client);
+    let mut headers = match &named {
+        Some(tool) if method == "tools/call" && !core.direct => {
+            param_headers(core, gen, tool, &base).await
+        }
+        _ => Vec::new(),
     };
+    // The headers that mirror the body, from what was just read of it (HTTP).
+    headers.push((crate::mcp::header::METHOD.to_string(), method.to_owned()));
+    if let Some(n) = &named {
+        headers.push((
+            crate::mcp::header::NAME.to_string(),
+            crate::mcp::header::encode(n),
+        ));
+    }
     headers.extend(trace_headers);
-    let mut params = Some(to_raw(&base));
+    let mut params = Some(base.clone());
     for _ in 0..MAX_INPUT_ROUNDS {
         let resp = core
             .request_with(
@@ -215,7 +283,8 @@ pub(super) async fn call_stateless(
                 }
             }
         }
-        let mut next = base.clone();
+        // Rare (a backend asking for input): the top level is parsed here.
+        let mut next: Fields = serde_json::from_str(base.get()).unwrap_or_default();
         next.insert(
             "inputResponses".into(),
             to_raw(&serde_json::Value::Object(answers)),
@@ -234,13 +303,12 @@ pub(super) async fn call_stateless(
 /// The `Mcp-Param-*` headers of a `tools/call` to a stateless-era HTTP backend,
 /// from the tool's `x-mcp-header` declarations (listed from the backend once,
 /// and again after it announces a change).
-async fn param_headers(core: &Arc<Core>, gen: u64, params: &Fields) -> Vec<(String, String)> {
-    let Some(name) = params
-        .get("name")
-        .and_then(|n| serde_json::from_str::<String>(n.get()).ok())
-    else {
-        return Vec::new();
-    };
+async fn param_headers(
+    core: &Arc<Core>,
+    gen: u64,
+    name: &str,
+    params: &RawValue,
+) -> Vec<(String, String)> {
     let known = core.tool_headers.lock().clone();
     let declared = match known {
         Some(d) => d,
@@ -253,13 +321,12 @@ async fn param_headers(core: &Arc<Core>, gen: u64, params: &Fields) -> Vec<(Stri
             d
         }
     };
-    let Some(mirrored) = declared.get(&name).filter(|m| !m.is_empty()) else {
+    let Some(mirrored) = declared.get(name).filter(|m| !m.is_empty()) else {
         return Vec::new();
     };
     // Parsed only for a tool that declares headers.
-    let arguments = params
-        .get("arguments")
-        .and_then(|a| serde_json::from_str(a.get()).ok())
+    let arguments = crate::jsonrpc::members::member(params.get(), "arguments")
+        .and_then(|a| serde_json::from_str(a).ok())
         .unwrap_or(serde_json::Value::Null);
     crate::mcp::param::headers_for(mirrored, &arguments)
 }
@@ -347,8 +414,10 @@ mod tests {
             meta: Some(meta.into()),
             ..Default::default()
         };
-        let out = for_stateless_era(raw(&params), &client);
+        let (out, named) = for_stateless_era("tools/call", raw(&params).as_deref(), &client);
+        let out: crate::mcp::results::Fields = serde_json::from_str(out.get()).unwrap();
         assert_eq!(out.get("arguments").map(|a| a.get()), Some(args));
+        assert_eq!(named.as_deref(), Some("echo"));
         let meta: serde_json::Value =
             serde_json::from_str(out.get("_meta").map_or("null", |m| m.get())).unwrap_or_default();
         assert_eq!(
@@ -362,7 +431,8 @@ mod tests {
             })
         );
         // No params at all: just the `_meta` Gantry states.
-        let out = for_stateless_era(None, &crate::call::ClientView::default());
+        let (out, _) = for_stateless_era("ping", None, &crate::call::ClientView::default());
+        let out: crate::mcp::results::Fields = serde_json::from_str(out.get()).unwrap();
         let keys: Vec<&str> = out.keys().map(String::as_str).collect();
         assert_eq!(keys, ["_meta"]);
     }

@@ -125,19 +125,29 @@ impl Session {
 
     /// The headers of the stateless era for one outgoing message (also used for the
     /// `server/discover` probe, before the era is known).
-    fn stateless_headers(&self, h: &mut HeaderMap, line: &str) {
+    fn stateless_headers(&self, h: &mut HeaderMap, line: &str, extra: &[(String, String)]) {
         let stateless = self.stateless.load(std::sync::atomic::Ordering::Relaxed);
+        // A relayed call brings its own (`bridge::call_stateless`).
+        if extra
+            .iter()
+            .any(|(k, _)| k.eq_ignore_ascii_case(crate::mcp::header::METHOD.as_str()))
+        {
+            return;
+        }
         // Session-era traffic is not parsed here (only the era probe gets headers).
         if !stateless && !crate::jsonrpc::mentions(line, crate::needle!("\"server/discover\"")) {
             return;
         }
         // Read in one pass, borrowing: the rest (a tool's arguments) is skipped.
-        let Ok(Head {
-            id: Some(_),
-            method: Some(method),
-            params,
-        }) = serde_json::from_str::<Head>(line)
+        let Some((top, params)) = crate::jsonrpc::members::Object::parse_with(line, "params")
         else {
+            return;
+        };
+        // Only a request (not a notification) gets the headers.
+        if top.get("id").is_none_or(|id| id == "null") {
+            return;
+        }
+        let Some(method) = top.str("method") else {
             return;
         };
         if !stateless && method != "server/discover" {
@@ -152,11 +162,8 @@ impl Session {
                 HeaderValue::from_static(crate::mcp::STATELESS_VERSION),
             );
         }
-        let name = match (crate::mcp::header::name_field(&method), params) {
-            (Some("uri"), Some(p)) => p.uri,
-            (Some(_), Some(p)) => p.name,
-            _ => None,
-        };
+        let name =
+            crate::mcp::header::name_field(&method).and_then(|field| params.as_ref()?.str(field));
         if let Some(v) = name {
             if let Ok(v) = HeaderValue::from_str(&crate::mcp::header::encode(&v)) {
                 h.insert(crate::mcp::header::NAME, v);
@@ -194,7 +201,7 @@ impl Session {
         };
         let had_session = read(&self.id).is_some();
         let mut headers = self.headers();
-        self.stateless_headers(&mut headers, &line);
+        self.stateless_headers(&mut headers, &line, &extra);
         for (k, v) in &extra {
             if let (Ok(k), Ok(v)) = (
                 HeaderName::from_bytes(k.as_bytes()),
@@ -663,25 +670,4 @@ impl Drop for LiveSession<'_> {
     fn drop(&mut self) {
         *self.0.http.write() = None;
     }
-}
-
-/// What the stateless era's headers take from an outgoing request (`id` only tells a
-/// request from a notification).
-#[derive(serde::Deserialize)]
-struct Head<'a> {
-    #[serde(default)]
-    id: Option<serde::de::IgnoredAny>,
-    #[serde(borrow, default)]
-    method: Option<std::borrow::Cow<'a, str>>,
-    #[serde(borrow, default)]
-    params: Option<HeadParams<'a>>,
-}
-
-/// The params fields `Mcp-Name` mirrors.
-#[derive(serde::Deserialize)]
-struct HeadParams<'a> {
-    #[serde(borrow, default)]
-    name: Option<std::borrow::Cow<'a, str>>,
-    #[serde(borrow, default)]
-    uri: Option<std::borrow::Cow<'a, str>>,
 }

@@ -534,21 +534,27 @@ pub(super) fn final_message(
                 return (StatusCode::OK, out);
             }
             // Shaped by its top-level fields: the content is relayed as it came.
-            let mut obj: crate::mcp::results::Fields =
-                serde_json::from_str(result.get()).unwrap_or_default();
-            crate::mcp::results::shape_for_stateless(&mut obj, method, private, server_info_raw());
-            if crate::mcp::results::is_input_required(&obj) {
+            let shaped = crate::mcp::results::ResultText::read(result.get());
+            let mut sealed = None;
+            if shaped.is_input_required() {
                 // A stateless-era backend asks for input: its state goes to the client
                 // sealed, so only this caller can bring it back, for this call.
                 let Some(binding) = binding else {
                     return stuck(id, method, None);
                 };
-                if let Some(state) = crate::mcp::results::request_state(&obj) {
-                    let sealed = app.mrtr.seal_foreign(&state, binding);
-                    obj.insert("requestState".into(), to_raw(&Value::String(sealed)));
-                }
+                sealed = shaped
+                    .request_state()
+                    .map(|state| app.mrtr.seal_foreign(&state, binding));
             }
-            (StatusCode::OK, Response::ok(id, to_raw(&obj)).to_json())
+            shaped.write_for_stateless(
+                &mut out,
+                method,
+                private,
+                server_info_raw(),
+                sealed.as_deref(),
+            );
+            out.push('}');
+            (StatusCode::OK, out)
         }
         Err(error) => {
             let mut e: Map<String, Value> = serde_json::from_str(error.get()).unwrap_or_default();
