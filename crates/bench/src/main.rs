@@ -48,6 +48,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 mod lean;
+mod pin;
 mod relay;
 mod soak;
 
@@ -177,6 +178,12 @@ struct Cli {
     /// gets no ratio: the generator, not the server, set its pace.
     #[arg(long, default_value_t = 1, value_name = "N")]
     generator_threads: usize,
+    /// Pinned layout: the load generator on CPU 0, every server (Gantry and its
+    /// backends, a relay, the direct server) on CPU 1, so that calls/s is what one
+    /// core of server does and the generator cannot take from it. Needs 2 CPUs and
+    /// `taskset` (util-linux).
+    #[arg(long)]
+    pin: bool,
     /// Rounds of the whole matrix (interleaved: every cell once per round); each row
     /// reports the round with the median calls/s and the range over all rounds.
     #[arg(long, default_value_t = 1, value_name = "N")]
@@ -287,6 +294,12 @@ fn main() -> ExitCode {
     // to us, so the final sweep finds them. Best effort.
     let _ = nix::sys::prctl::set_child_subreaper(true);
     let threads = cli.generator_threads.max(1);
+    if cli.pin {
+        if let Err(e) = pin::generator() {
+            eprintln!("gantry-bench: --pin: {e:#}");
+            return ExitCode::FAILURE;
+        }
+    }
     let soak = matches!(cli.command, Some(Mode::Soak(_)));
     let built = if soak {
         // The soak mixes many kinds of load; it keeps the default runtime.
@@ -384,7 +397,7 @@ impl Redis {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
             .port();
-        let child = Command::new("redis-server")
+        let child = pin::server_command(Path::new("redis-server"))
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
             .stdin(Stdio::null())
@@ -482,7 +495,7 @@ async fn run(cli: Cli) -> Result<bool> {
         humantime::format_duration(cli.warmup),
         env.gantry.display(),
         env.clk_tck,
-        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        pin::machine_cpus(),
         env.accept,
     );
     eprintln!(
@@ -1649,7 +1662,7 @@ fn report(
     }
     let mut out = String::new();
     let about = format!(
-        "{}{} s measured after {} s warm-up per row; {} CPUs; load generator on {} thread(s) (\"bench busy\": the share of them it kept busy; at ≥ {:.0} % the row is generator-bound and gets no ratios); CLK_TCK {}; Accept: {}; CPU and RSS are of the server process tree, \"root proc\" of the server process alone (gantry's supervisor and gateway without its backends); ratios are to `direct` at the same N and P",
+        "{}{}{} s measured after {} s warm-up per row; {} CPUs; load generator on {} thread(s) (\"bench busy\": the share of them it kept busy; at ≥ {:.0} % the row is generator-bound and gets no ratios); CLK_TCK {}; Accept: {}; CPU and RSS are of the server process tree, \"root proc\" of the server process alone (gantry's supervisor and gateway without its backends); ratios are to `direct` at the same N and P",
         if cli.rounds > 1 {
             format!(
                 "median of {} interleaved rounds (the round with the median calls/s; [range] of calls/s over the rounds); ",
@@ -1658,9 +1671,18 @@ fn report(
         } else {
             String::new()
         },
+        if pin::pinned() {
+            format!(
+                "pinned: load generator on CPU {}, every server process tree on CPU {} (calls/s is one server core's); ",
+                pin::GENERATOR_CPU,
+                pin::SERVER_CPU
+            )
+        } else {
+            String::new()
+        },
         cli.duration.as_secs_f64(),
         cli.warmup.as_secs_f64(),
-        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        pin::machine_cpus(),
         env.generator_threads,
         GENERATOR_SATURATED * 100.0,
         env.clk_tck,
@@ -1776,7 +1798,7 @@ impl Server {
         watch_stdin: bool,
     ) -> Result<Self> {
         use std::os::unix::process::CommandExt;
-        let mut cmd = Command::new(program);
+        let mut cmd = pin::server_command(program);
         cmd.args(args)
             .envs(env.iter().copied())
             .stdin(if watch_stdin {
