@@ -172,6 +172,47 @@ impl<'a> Object<'a> {
     }
 }
 
+/// Writes a JSON object into a string member by member, each value's text as given
+/// (what [`Object`] read, or text Gantry wrote): the commas and quoting in one place.
+pub struct ObjectWriter {
+    /// Where the object's `{` is in the string.
+    open: usize,
+}
+
+impl ObjectWriter {
+    /// Opens an object at the end of `out`.
+    pub fn begin(out: &mut String) -> Self {
+        let open = out.len();
+        out.push('{');
+        ObjectWriter { open }
+    }
+
+    /// Writes the key of a member whose value the caller writes next.
+    pub fn key(&self, out: &mut String, key: &str) {
+        if !self.is_empty(out) {
+            out.push(',');
+        }
+        crate::jsonrpc::push_json_string(out, key);
+        out.push(':');
+    }
+
+    /// Writes a member.
+    pub fn member(&self, out: &mut String, key: &str, value: &str) {
+        self.key(out, key);
+        out.push_str(value);
+    }
+
+    /// Whether no member has been written yet.
+    pub fn is_empty(&self, out: &str) -> bool {
+        out.len() <= self.open + 1
+    }
+
+    /// Closes the object.
+    pub fn end(self, out: &mut String) {
+        out.push('}');
+    }
+}
+
 /// Iterator of [`members`]: (key as written, value text).
 pub struct Members<'a> {
     text: &'a str,
@@ -334,6 +375,18 @@ mod tests {
         assert_eq!(members(" { } ").count(), 0);
         assert_eq!(members("\"x\"").count(), 0);
     }
+    #[test]
+    fn an_object_is_written_member_by_member() {
+        let mut out = String::from("[");
+        let o = ObjectWriter::begin(&mut out);
+        assert!(o.is_empty(&out));
+        o.member(&mut out, "a", "1");
+        o.key(&mut out, "q\"k");
+        ObjectWriter::begin(&mut out).end(&mut out);
+        o.end(&mut out);
+        assert_eq!(out, r#"[{"a":1,"q\"k":{}}"#);
+    }
+
     #[test]
     fn an_object_keeps_each_key_once_with_its_last_value() {
         let o = Object::parse(r#"{"a":1,"b":"x","a":2,"\u0062":"y\n"}"#).unwrap();

@@ -6,8 +6,7 @@
 
 use super::methods::CACHEABLE;
 use super::META_SERVER_INFO;
-use crate::jsonrpc::members::Object;
-use crate::jsonrpc::push_json_string;
+use crate::jsonrpc::members::{Object, ObjectWriter};
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 use std::borrow::Cow;
@@ -66,66 +65,52 @@ impl<'a> ResultText<'a> {
         };
         let hints = complete && CACHEABLE.contains(&method);
         let scope = if private { "\"private\"" } else { "\"public\"" };
-        let open = out.len();
-        let member = |out: &mut String, k: &str, v: &str| {
-            if out.len() > open + 1 {
-                out.push(',');
-            }
-            push_json_string(out, k);
-            out.push(':');
-            out.push_str(v);
-        };
-        out.push('{');
+        let o = ObjectWriter::begin(out);
         for (k, v) in self.top.iter() {
             match (k, &self.meta) {
-                ("cacheScope", _) if hints && private => member(out, k, scope),
-                ("requestState", _) if state.is_some() => member(
+                ("cacheScope", _) if hints && private => o.member(out, k, scope),
+                ("requestState", _) if state.is_some() => o.member(
                     out,
                     k,
                     &crate::jsonrpc::json_string(state.unwrap_or_default()),
                 ),
                 ("_meta", Some(meta)) if meta.get(META_SERVER_INFO).is_none() => {
-                    member(out, k, "");
+                    o.key(out, k);
                     write_with_server_info(out, meta, server_info);
                 }
-                _ => member(out, k, v),
+                _ => o.member(out, k, v),
             }
         }
         if self.top.get("resultType").is_none() {
-            member(out, "resultType", "\"complete\"");
+            o.member(out, "resultType", "\"complete\"");
         }
         if hints {
             if self.top.get("ttlMs").is_none() {
-                member(out, "ttlMs", "0");
+                o.member(out, "ttlMs", "0");
             }
             if self.top.get("cacheScope").is_none() {
-                member(out, "cacheScope", scope);
+                o.member(out, "cacheScope", scope);
             }
         }
         if self.top.get("_meta").is_none() {
-            member(out, "_meta", "");
+            o.key(out, "_meta");
             write_with_server_info(out, &Object::default(), server_info);
         }
         if let (Some(state), None) = (state, self.top.get("requestState")) {
-            member(out, "requestState", &crate::jsonrpc::json_string(state));
+            o.member(out, "requestState", &crate::jsonrpc::json_string(state));
         }
-        out.push('}');
+        o.end(out);
     }
 }
 
 /// `meta`'s members and `serverInfo`.
 fn write_with_server_info(out: &mut String, meta: &Object<'_>, server_info: &RawValue) {
-    out.push('{');
+    let o = ObjectWriter::begin(out);
     for (k, v) in meta.iter() {
-        push_json_string(out, k);
-        out.push(':');
-        out.push_str(v);
-        out.push(',');
+        o.member(out, k, v);
     }
-    push_json_string(out, META_SERVER_INFO);
-    out.push(':');
-    out.push_str(server_info.get());
-    out.push('}');
+    o.member(out, META_SERVER_INFO, server_info.get());
+    o.end(out);
 }
 
 /// Writes `result` shaped for a stateless-era client, as

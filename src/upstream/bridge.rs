@@ -69,34 +69,26 @@ pub(super) fn for_stateless_era(
     params: Option<&RawValue>,
     client: &crate::call::ClientView,
 ) -> (Box<RawValue>, Option<String>) {
-    use crate::jsonrpc::members::Object;
-    use crate::jsonrpc::push_json_string;
+    use crate::jsonrpc::members::{Object, ObjectWriter};
     let text = params.map_or("{}", RawValue::get);
     let (top, meta) = Object::parse_with(text, "_meta").unwrap_or_default();
     let mut out = String::with_capacity(text.len() + 256);
-    out.push('{');
-    let mut has_meta = false;
+    let o = ObjectWriter::begin(&mut out);
     for (k, v) in top.iter() {
-        if out.len() > 1 {
-            out.push(',');
-        }
-        push_json_string(&mut out, k);
-        out.push(':');
         match (k, &meta) {
-            ("_meta", Some(meta)) => write_stateless_meta(&mut out, meta, client),
+            ("_meta", Some(meta)) => {
+                o.key(&mut out, k);
+                write_stateless_meta(&mut out, meta, client);
+            }
             // Not an object: left as it was written.
-            _ => out.push_str(v),
+            _ => o.member(&mut out, k, v),
         }
-        has_meta |= k == "_meta";
     }
-    if !has_meta {
-        if out.len() > 1 {
-            out.push(',');
-        }
-        out.push_str("\"_meta\":");
+    if top.get("_meta").is_none() {
+        o.key(&mut out, "_meta");
         write_stateless_meta(&mut out, &Object::default(), client);
     }
-    out.push('}');
+    o.end(&mut out);
     let named = crate::mcp::header::name_field(method)
         .and_then(|f| top.str(f))
         .map(std::borrow::Cow::into_owned);
@@ -113,7 +105,6 @@ fn write_stateless_meta(
     meta: &crate::jsonrpc::members::Object<'_>,
     client: &crate::call::ClientView,
 ) {
-    use crate::jsonrpc::push_json_string;
     use crate::mcp::{META_CLIENT_CAPABILITIES, META_LOG_LEVEL, META_PROTOCOL_VERSION};
     let restated = |k: &str| {
         [
@@ -128,23 +119,14 @@ fn write_stateless_meta(
                 .flat_map(|m| m.iter())
                 .any(|(m, _)| m == k)
     };
-    let open = out.len();
-    out.push('{');
-    let member = |out: &mut String, k: &str, v: &str| {
-        if out.len() > open + 1 {
-            out.push(',');
-        }
-        push_json_string(out, k);
-        out.push(':');
-        out.push_str(v);
-    };
+    let o = crate::jsonrpc::members::ObjectWriter::begin(out);
     for (k, v) in meta.iter().filter(|(k, _)| !restated(k)) {
-        member(out, k, v);
+        o.member(out, k, v);
     }
     for (k, v) in client.meta.iter().flat_map(|m| m.iter()) {
-        member(out, k, v);
+        o.member(out, k, v);
     }
-    member(
+    o.member(
         out,
         META_PROTOCOL_VERSION,
         &format!("\"{STATELESS_VERSION}\""),
@@ -153,11 +135,11 @@ fn write_stateless_meta(
         .capabilities
         .as_deref()
         .map_or_else(|| "{}".to_owned(), ToString::to_string);
-    member(out, META_CLIENT_CAPABILITIES, &caps);
+    o.member(out, META_CLIENT_CAPABILITIES, &caps);
     if let Some(l) = client.log_level {
-        member(out, META_LOG_LEVEL, &crate::jsonrpc::json_string(l));
+        o.member(out, META_LOG_LEVEL, &crate::jsonrpc::json_string(l));
     }
-    out.push('}');
+    o.end(out);
 }
 
 /// A stateless-era result as a session-era client expects it: without what only

@@ -38,10 +38,8 @@ pub(crate) use self::route::Internal;
 use super::http::Accepts;
 use super::{App, FrontError};
 use crate::auth::Principal;
-use crate::jsonrpc::members::Object;
-use crate::jsonrpc::{
-    code, push_json_string, to_raw, Message, Request, RequestId, Response, RpcError,
-};
+use crate::jsonrpc::members::{Object, ObjectWriter};
+use crate::jsonrpc::{code, to_raw, Message, Request, RequestId, Response, RpcError};
 use crate::mcp::Era;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response as HttpResponse};
@@ -275,44 +273,36 @@ pub(super) fn relayed(
             + 2,
     );
     let mut modern = Vec::new();
-    out.push('{');
+    let o = ObjectWriter::begin(&mut out);
     for (k, v) in params.top.iter() {
-        let start = out.len();
-        if out.len() > 1 {
-            out.push(',');
-        }
-        push_json_string(&mut out, k);
-        out.push(':');
         match (k, &params.meta, state) {
             ("_meta", Some(meta), _) => {
-                let open = out.len();
-                out.push('{');
-                for (k, v) in meta.iter() {
-                    if !k.starts_with(META_PREFIX) {
-                        if out.len() > open + 1 {
-                            out.push(',');
-                        }
-                        push_json_string(&mut out, k);
-                        out.push(':');
-                        out.push_str(v);
-                    } else if !RESTATED_META.contains(&k) {
-                        modern.push((k.to_owned(), v.to_owned()));
+                // The client's own keys only; none: no `_meta` at all.
+                let mut own = meta.iter().filter(|(k, _)| !k.starts_with(META_PREFIX));
+                if let Some((k1, v1)) = own.next() {
+                    o.key(&mut out, k);
+                    let m = ObjectWriter::begin(&mut out);
+                    m.member(&mut out, k1, v1);
+                    for (k, v) in own {
+                        m.member(&mut out, k, v);
                     }
+                    m.end(&mut out);
                 }
-                if out.len() == open + 1 {
-                    // Nothing of the client's own: no `_meta` at all.
-                    out.truncate(start);
-                    continue;
-                }
-                out.push('}');
+                modern.extend(
+                    meta.iter()
+                        .filter(|(k, _)| k.starts_with(META_PREFIX) && !RESTATED_META.contains(k))
+                        .map(|(k, v)| (k.to_owned(), v.to_owned())),
+                );
             }
             // Not an object: refused before (validation), never relayed.
-            ("_meta", None, _) => out.truncate(start),
-            ("requestState", _, Some(state)) => push_json_string(&mut out, state),
-            _ => out.push_str(v),
+            ("_meta", None, _) => {}
+            ("requestState", _, Some(state)) => {
+                o.member(&mut out, k, &crate::jsonrpc::json_string(state));
+            }
+            _ => o.member(&mut out, k, v),
         }
     }
-    out.push('}');
+    o.end(&mut out);
     // Every piece is valid JSON: the check cannot fail, but a failure would be a
     // request without params rather than a panic.
     let raw = RawValue::from_string(out).ok();
