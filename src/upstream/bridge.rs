@@ -224,13 +224,13 @@ pub(super) async fn call_stateless(
         ));
     }
     headers.extend(trace_headers);
-    let mut params = Some(base.clone());
+    let mut outgoing = Some(base);
     for _ in 0..MAX_INPUT_ROUNDS {
         let resp = core
             .request_with(
                 gen,
                 method,
-                params.take(),
+                outgoing.take(),
                 Some(ctx.sink.clone()),
                 &ctx.cancel,
                 deadline.saturating_duration_since(tokio::time::Instant::now()),
@@ -265,7 +265,9 @@ pub(super) async fn call_stateless(
                 }
             }
         }
-        // Rare (a backend asking for input): the top level is parsed here.
+        // Rare (a backend asking for input): the params are written again and
+        // their top level parsed here.
+        let (base, _) = for_stateless_era(method, params.as_deref(), &ctx.client);
         let mut next: Fields = serde_json::from_str(base.get()).unwrap_or_default();
         next.insert(
             "inputResponses".into(),
@@ -274,7 +276,7 @@ pub(super) async fn call_stateless(
         if let Some(state) = round.state {
             next.insert("requestState".into(), to_raw(&state));
         }
-        params = Some(to_raw(&next));
+        outgoing = Some(to_raw(&next));
     }
     Err(UpstreamError::Protocol {
         backend: core.name.clone(),

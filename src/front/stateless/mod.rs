@@ -44,7 +44,7 @@ use crate::mcp::Era;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response as HttpResponse};
 use serde_json::value::RawValue;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use std::borrow::Cow;
 use std::sync::Arc;
 
@@ -75,7 +75,10 @@ pub(crate) fn is_stateless(headers: &HeaderMap, m: &Message) -> bool {
     if matches!(method, "server/discover" | "subscriptions/listen") {
         return true;
     }
-    meta_of(params).is_some_and(|m| m.keys().any(|k| k.starts_with(META_PREFIX)))
+    params
+        .and_then(|p| Object::parse_with(p.get(), "_meta"))
+        .and_then(|(_, meta)| meta)
+        .is_some_and(|m| m.iter().any(|(k, _)| k.starts_with(META_PREFIX)))
 }
 
 /// A request's params as written, read once: its top-level members and those of
@@ -107,15 +110,6 @@ impl<'a> Params<'a> {
     pub(super) fn value(&self, field: &str) -> Option<Value> {
         serde_json::from_str(self.top.get(field)?).ok()
     }
-}
-
-fn meta_of(params: Option<&RawValue>) -> Option<Map<String, Value>> {
-    #[derive(serde::Deserialize)]
-    struct P {
-        #[serde(rename = "_meta")]
-        meta: Option<Map<String, Value>>,
-    }
-    serde_json::from_str::<P>(params?.get()).ok()?.meta
 }
 
 use crate::front::stateless::call::call;
