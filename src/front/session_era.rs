@@ -112,7 +112,10 @@ pub(super) async fn post(app: Arc<App>, principal: Principal, req: HttpRequest) 
                     return resp;
                 }
             }
-            stateless::post(app, principal, &headers, m, accepts).await
+            // Boxed, as every branch off the session era's call path: an async fn's
+            // future is as large as its largest branch, and the call path's future is
+            // allocated and moved on every request.
+            Box::pin(stateless::post(app, principal, &headers, m, accepts)).await
         }
         Target::Initialize(r) => match check_version_header(&headers) {
             Ok(()) => {
@@ -130,7 +133,7 @@ pub(super) async fn post(app: Arc<App>, principal: Principal, req: HttpRequest) 
                 }
                 // Whom the new session counts against: formatted only here, not per call.
                 let client = quota_key(&principal, &parts.extensions);
-                initialize(app, principal, client.as_deref(), r, accepts).await
+                Box::pin(initialize(app, principal, client.as_deref(), r, accepts)).await
             }
             Err(e) => e.into_response(),
         },
@@ -168,7 +171,7 @@ pub(super) async fn post(app: Arc<App>, principal: Principal, req: HttpRequest) 
             match incoming {
                 Incoming::Single(m) => single(app, session, m, accepts).await,
                 Incoming::Batch(ms) if session.version() == Some("2025-03-26") => {
-                    batch(app, session, ms, accepts).await
+                    Box::pin(batch(app, session, ms, accepts)).await
                 }
                 Incoming::Batch(_) => FrontError::Invalid(
                     "JSON-RPC batches are only accepted in protocol 2025-03-26".into(),

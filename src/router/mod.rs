@@ -190,15 +190,17 @@ impl Router {
                 code::INVALID_REQUEST,
                 "the session is already initialized",
             ))),
-            "logging/setLevel" => self.set_level(route, req.params, &ctx).await,
+            // Rare methods are boxed: this future is part of every call's.
+            "logging/setLevel" => Box::pin(self.set_level(route, req.params, &ctx)).await,
             "resources/subscribe" | "resources/unsubscribe" => {
-                match self.owner_of_uri(route, req.params.as_deref(), &ctx).await {
-                    Ok(idx) => {
-                        self.subscription(route, idx, &req.method, req.params, &ctx)
-                            .await
-                    }
-                    Err(e) => Err(e),
-                }
+                Box::pin(async {
+                    let idx = self
+                        .owner_of_uri(route, req.params.as_deref(), &ctx)
+                        .await?;
+                    self.subscription(route, idx, &req.method, req.params, &ctx)
+                        .await
+                })
+                .await
             }
             _ if route.single => forward(route, 0, &req.method, req.params, &ctx).await,
             _ => {

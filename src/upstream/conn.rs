@@ -95,12 +95,27 @@ impl Conn {
         // Time spent queued for an in-flight slot counts against the request timeout.
         let timeout = ctx.timeout.unwrap_or(self.core.request_timeout);
         let deadline = tokio::time::Instant::now() + timeout;
+        // Each wait below is taken without suspending when it need not wait (nearly
+        // always), and boxed when it must: this future is part of every call's, which
+        // is allocated and moved per request, so what is rare is kept out of it.
         let _in_use = match &self.core.idle {
-            Some(idle) => Some(idle.enter().await),
+            Some(idle) => Some(match idle.try_enter() {
+                Some(in_use) => in_use,
+                None => Box::pin(idle.enter()).await,
+            }),
             None => None,
         };
-        let _permit = self.in_flight_permit(ctx, deadline, timeout).await?;
-        let (gen, info) = self.core.wait_ready(&ctx.cancel).await?;
+        let _permit = match &self.core.slots {
+            Some((sem, _)) => match sem.try_acquire() {
+                Ok(p) => Some(p),
+                Err(_) => Box::pin(self.in_flight_permit(ctx, deadline, timeout)).await?,
+            },
+            None => None,
+        };
+        let (gen, info) = match self.core.ready_now() {
+            Some(ready) => ready,
+            None => Box::pin(self.core.wait_ready(&ctx.cancel)).await?,
+        };
         // The trace context the backend gets: the hop's span when tracing is on (in
         // `_meta` and, for HTTP, the headers), else the client's, passed on as is.
         let (mut hop, w3c, params) = match &ctx.trace {
@@ -110,13 +125,13 @@ impl Conn {
                     .flatten();
                 let (hop, w3c) = span.hop(&self.core.name, method, target.as_deref());
                 let params = trace::with_meta(params, &w3c);
-                (Some(hop), Some(w3c), params)
+                (Some(Box::new(hop)), Some(w3c), params)
             }
             None => (None, trace::from_meta(params.as_deref()), params),
         };
         let trace_headers = w3c.map(|w| w.headers()).unwrap_or_default();
         let r = if info.is_stateless() {
-            super::bridge::call_stateless(
+            Box::pin(super::bridge::call_stateless(
                 &self.core,
                 gen,
                 method,
@@ -124,7 +139,7 @@ impl Conn {
                 ctx,
                 deadline,
                 trace_headers,
-            )
+            ))
             .await
         } else {
             self.core

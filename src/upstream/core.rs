@@ -193,14 +193,22 @@ impl Core {
         }
     }
 
+    /// The incarnation and its handshake when the backend is ready now.
+    pub(super) fn ready_now(&self) -> Option<(u64, Arc<InitInfo>)> {
+        match &*self.state.borrow() {
+            State::Ready { gen, info } => Some((*gen, info.clone())),
+            _ => None,
+        }
+    }
+
     /// Waits until the connection is ready (or fails), bounded by the init timeout.
     pub(super) async fn wait_ready(
         &self,
         cancel: &CancellationToken,
     ) -> Result<(u64, Arc<InitInfo>), UpstreamError> {
         // Almost always: ready, answered without a subscription or a timer.
-        if let State::Ready { gen, info } = &*self.state.borrow() {
-            return Ok((*gen, info.clone()));
+        if let Some(ready) = self.ready_now() {
+            return Ok(ready);
         }
         let mut rx = self.state.subscribe();
         // Why the backend is restarting, for the error if it is not back in time.

@@ -49,6 +49,16 @@ impl IdleStop {
         }
     }
 
+    /// [`IdleStop::enter`] without waiting: `None` while the connection is being
+    /// stopped for idleness.
+    pub(crate) fn try_enter(&self) -> Option<InUse<'_>> {
+        let guard = self.in_use.try_read().ok()?;
+        Some(InUse {
+            _guard: guard,
+            idle: self,
+        })
+    }
+
     /// Marks the connection as in use until the guard drops.
     pub(crate) async fn enter(&self) -> InUse<'_> {
         let guard = self.in_use.read().await;
