@@ -47,6 +47,7 @@ use std::process::{Child, ChildStdin, Command, ExitCode, Stdio};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+mod issuer;
 mod lean;
 mod pin;
 mod relay;
@@ -64,6 +65,8 @@ mod soak;
 /// multiplexed connection to the backend instead of one per call in flight.
 /// `catalog` is three `shared` backends merged into one catalog (tools named
 /// `b0__echo` …): with `--op list`, what `tools/list` costs from Gantry's cache.
+/// `shared+jwt` is `shared` behind OAuth: every client has its own access token, an
+/// ES256 JWT of an issuer the bench runs (`issuer.rs`), checked on every request.
 const GANTRY_MODES: &[&str] = &[
     "shared",
     "http",
@@ -73,6 +76,7 @@ const GANTRY_MODES: &[&str] = &[
     "per-user",
     "shared+limit",
     "shared+redis-limit",
+    "shared+jwt",
     "catalog",
 ];
 
@@ -380,6 +384,8 @@ struct Env {
     op: String,
     /// The redis-server of `shared+redis-limit` (started when that target is measured).
     redis: Option<Redis>,
+    /// The identity provider of `shared+jwt` (started when that target is measured).
+    issuer: Option<issuer::Issuer>,
     /// `--generator-threads`.
     generator_threads: usize,
     /// `--era stateless`.
@@ -473,6 +479,11 @@ async fn run(cli: Cli) -> Result<bool> {
         op: cli.op.clone(),
         redis: if cli.modes.contains(&Target::Gantry("shared+redis-limit")) {
             Some(Redis::start()?)
+        } else {
+            None
+        },
+        issuer: if cli.modes.contains(&Target::Gantry("shared+jwt")) {
+            Some(issuer::Issuer::start().await?)
         } else {
             None
         },
@@ -829,6 +840,11 @@ fn gantry_config(env: &Env, mode: &str, max_sessions: usize) -> String {
             "[limits]\nstore = \"redis\"\n[limits.redis]\nurl = \"redis://127.0.0.1:{}\"\n{rule}",
             r.port
         ),
+        (Some("jwt"), _) => env
+            .issuer
+            .as_ref()
+            .map(issuer::Issuer::gantry_config)
+            .unwrap_or_default(),
         _ => String::new(),
     };
     if mode == "catalog" {
@@ -954,8 +970,7 @@ async fn load(
     duration: Duration,
 ) -> Result<()> {
     let setup_started = Instant::now();
-    let per_user = cell.target == Target::Gantry("per-user");
-    let clients = open_clients(env, &server.url, cell.clients, per_user).await?;
+    let clients = open_clients(env, &server.url, cell.clients, cell.target).await?;
     cell.setup = setup_started.elapsed();
     // One call each before the clock starts: connections are warm and (per-session)
     // every backend has answered once.
@@ -1045,15 +1060,20 @@ fn percentile(sorted: &[u32], p: f64) -> u64 {
 }
 
 /// Opens `n` sessions, `SETUP_CONCURRENCY` at a time; fails on the first that fails.
-/// With `per_user`, every `SESSIONS_PER_USER` consecutive clients share an API key.
-async fn open_clients(env: &Env, url: &str, n: usize, per_user: bool) -> Result<Vec<McpClient>> {
+/// In `per-user` rows every `SESSIONS_PER_USER` consecutive clients share an API key;
+/// in `shared+jwt` rows each client has an access token of its own.
+async fn open_clients(env: &Env, url: &str, n: usize, target: Target) -> Result<Vec<McpClient>> {
     use futures::StreamExt;
     let mut opened: Vec<McpClient> = futures::stream::iter(0..n)
         .map(|i| async move {
             let mut c = McpClient::new_lean(i, url, env.accept, env.request_timeout)?;
-            if per_user {
-                c.api_key = Some(api_key(i / SESSIONS_PER_USER));
-            }
+            c.api_key = match (target, &env.issuer) {
+                (Target::Gantry("per-user"), _) => Some(api_key(i / SESSIONS_PER_USER)),
+                (Target::Gantry("shared+jwt"), Some(issuer)) => {
+                    Some(issuer.token(&format!("bench-user-{i}"))?)
+                }
+                _ => None,
+            };
             c.stateless = env.stateless;
             if !c.stateless {
                 c.initialize()
