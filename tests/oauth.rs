@@ -412,6 +412,47 @@ async fn unknown_key_ids_cannot_make_gantry_hammer_the_issuer() {
     assert!(sprayed >= 1, "an unknown kid never made Gantry look again");
 }
 
+/// A token Gantry has checked is taken as checked for a while (`jwt_cache_ttl`), but
+/// never past its `exp`: the session it opened is refused the moment it expires, as
+/// with the cache turned off.
+#[tokio::test]
+async fn a_checked_token_is_refused_once_it_expires() {
+    let idp = Provider::start(&[]);
+    for ttl in ["60s", "0s"] {
+        let oauth = format!(
+            "[auth.oauth]\nrequired_scopes = [\"mcp:read\"]\nleeway = \"0s\"\njwt_cache_ttl = \"{ttl}\"\n\
+             [[auth.oauth.issuers]]\nissuer = {:?}\n",
+            idp.issuer()
+        );
+        let g = gantry().section(&oauth).backend(example()).start();
+        let exp = now() + 3;
+        let mut c = g.bearer(&idp.sign(&g.url, json!({ "exp": exp })));
+        c.initialize().await;
+        for i in 0..5 {
+            let r = c
+                .call_tool(json!(i + 2), "echo", json!({"message": "hi"}))
+                .await;
+            assert_eq!(r["result"]["content"][0]["text"], "hi", "ttl {ttl}: {r}");
+        }
+        // Past `exp` (the clock has second resolution; bounded: exp is 3 s away).
+        while now() <= exp {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        let r = c
+            .post_builder()
+            .body(r#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"echo","arguments":{"message":"late"}}}"#)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 401, "ttl {ttl}: an expired token was accepted");
+        let challenge = r.headers()["www-authenticate"].to_str().unwrap().to_owned();
+        assert!(
+            challenge.contains("error=\"invalid_token\"") && challenge.contains("expired"),
+            "ttl {ttl}: {challenge}"
+        );
+    }
+}
+
 /// Opaque tokens are checked with the provider's introspection endpoint, as
 /// Gantry's own client: the provider's token for Gantry works, an unknown one is
 /// 401, and wrong introspection credentials are Gantry's problem (503), not the

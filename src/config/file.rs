@@ -734,6 +734,15 @@ pub struct OAuthConfig {
     /// Introspection answers kept at most. Default 10000.
     #[serde(default = "default_introspection_entries")]
     pub introspection_cache_entries: usize,
+    /// A JWT whose signature and claims were checked is taken as checked for this
+    /// long (never past its `exp`; a grant of the built-in server is checked for
+    /// revocation on every request anyway). `0s`: every request is checked in full.
+    /// Default `60s`.
+    #[serde(default = "default_jwt_cache_ttl", with = "humantime_serde")]
+    pub jwt_cache_ttl: Duration,
+    /// Checked JWTs kept at most. Default 10000.
+    #[serde(default = "default_introspection_entries")]
+    pub jwt_cache_entries: usize,
 }
 
 impl OAuthConfig {
@@ -750,11 +759,17 @@ impl OAuthConfig {
             resource_name: default_resource_name(),
             introspection_cache_ttl: default_introspection_ttl(),
             introspection_cache_entries: default_introspection_entries(),
+            jwt_cache_ttl: default_jwt_cache_ttl(),
+            jwt_cache_entries: default_introspection_entries(),
         }
     }
 }
 
 fn default_introspection_ttl() -> Duration {
+    Duration::from_secs(60)
+}
+
+fn default_jwt_cache_ttl() -> Duration {
     Duration::from_secs(60)
 }
 

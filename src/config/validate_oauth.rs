@@ -161,6 +161,12 @@ pub(super) fn check(
     if oauth.introspection_cache_entries == 0 {
         problems.push("auth.oauth.introspection_cache_entries: must be at least 1".into());
     }
+    if oauth.jwt_cache_entries == 0 {
+        problems.push("auth.oauth.jwt_cache_entries: must be at least 1".into());
+    }
+    if oauth.jwt_cache_ttl > Duration::from_secs(3600) {
+        problems.push("auth.oauth.jwt_cache_ttl: at most 1h".into());
+    }
     if oauth.jwks_refetch_interval < Duration::from_secs(1) {
         problems.push("auth.oauth.jwks_refetch_interval: must be at least 1s".into());
     }

@@ -3,91 +3,17 @@
 //! for at most `introspection_cache_ttl` and never past the token's `exp`.
 
 use super::{OAuthError, Resource, TokenInfo};
-use parking_lot::Mutex;
 use serde_json::Value;
-use sha2::{Digest, Sha256};
-use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
-use tokio::time::Instant;
 
 /// An inactive answer is reused at most this long (a token may become active only
 /// by being issued anew, but keep the window short).
-const NEGATIVE_TTL: Duration = Duration::from_secs(10);
+pub(super) const NEGATIVE_TTL: Duration = Duration::from_secs(10);
 
-type Answer = Result<TokenInfo, OAuthError>;
-/// Answers by token digest, with when each stops being used; and insertion order.
-type Entries = (HashMap<[u8; 32], (Instant, Answer)>, VecDeque<[u8; 32]>);
+pub(super) type Answer = Result<TokenInfo, OAuthError>;
 
-pub(super) struct Cache {
-    ttl: Duration,
-    max: usize,
-    inner: Mutex<Entries>,
-    /// Answers found in the cache, and introspection calls made (metrics).
-    pub hits: std::sync::atomic::AtomicU64,
-    pub calls: std::sync::atomic::AtomicU64,
-}
-
-pub(super) fn digest(token: &str) -> [u8; 32] {
-    Sha256::digest(token.as_bytes()).into()
-}
-
-impl Cache {
-    pub(super) fn new(ttl: Duration, max: usize) -> Self {
-        Self {
-            ttl,
-            max: max.max(1),
-            inner: Mutex::new((HashMap::new(), VecDeque::new())),
-            hits: Default::default(),
-            calls: Default::default(),
-        }
-    }
-
-    pub(super) fn get(&self, key: &[u8; 32]) -> Option<Answer> {
-        let mut g = self.inner.lock();
-        match g.0.get(key) {
-            Some((until, a)) if *until > Instant::now() => {
-                self.hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                Some(a.clone())
-            }
-            Some(_) => {
-                g.0.remove(key);
-                None
-            }
-            None => None,
-        }
-    }
-
-    /// Keeps `answer` until `until` (bounded by the TTLs); the oldest entry goes
-    /// when the cache is full.
-    pub(super) fn put(&self, key: [u8; 32], answer: Answer, expires: Option<u64>) {
-        let now = Instant::now();
-        let mut keep = if answer.is_ok() {
-            self.ttl
-        } else {
-            NEGATIVE_TTL.min(self.ttl)
-        };
-        if let Some(exp) = expires {
-            let left = exp.saturating_sub(super::now_secs());
-            keep = keep.min(Duration::from_secs(left));
-        }
-        if keep.is_zero() {
-            return;
-        }
-        let mut g = self.inner.lock();
-        let (map, order) = &mut *g;
-        while map.len() >= self.max {
-            match order.pop_front() {
-                Some(old) => {
-                    map.remove(&old);
-                }
-                None => break,
-            }
-        }
-        if map.insert(key, (now + keep, answer)).is_none() {
-            order.push_back(key);
-        }
-    }
-}
+/// Introspection answers by token digest.
+pub(super) type Cache = super::cache::TokenCache<Answer>;
 
 /// What an introspection answer says, checked: active, for this resource, of this
 /// issuer, not expired, with a subject. `Err` for an answer that does not let the

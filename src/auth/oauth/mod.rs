@@ -8,6 +8,7 @@
 //! from headers alone; a key the issuer lacks is fetched again at most once per
 //! `jwks_refetch_interval`, whatever clients send.
 
+mod cache;
 mod introspect;
 pub(crate) mod issuer;
 pub mod resource;
@@ -54,6 +55,14 @@ pub struct TokenInfo {
     pub expires_at: Option<u64>,
 }
 
+/// A JWT checked once: who it speaks for, and the built-in authorization server's
+/// grant it belongs to (checked for revocation on every use).
+#[derive(Debug, Clone)]
+struct Verified {
+    info: TokenInfo,
+    grant: Option<String>,
+}
+
 /// Checks tokens for Gantry's one resource.
 pub struct ResourceServer {
     resource: Resource,
@@ -65,6 +74,8 @@ pub struct ResourceServer {
     leeway: Duration,
     resource_name: String,
     introspected: introspect::Cache,
+    /// JWTs whose signature and claims were checked (`jwt_cache_ttl`).
+    verified: cache::TokenCache<Verified>,
     /// Gantry's own authorization server (`auth.mode = "builtin"`).
     builtin: Option<Arc<crate::auth::builtin::AuthServer>>,
 }
@@ -165,6 +176,7 @@ impl ResourceServer {
                 cfg.introspection_cache_ttl,
                 cfg.introspection_cache_entries,
             ),
+            verified: cache::TokenCache::new(cfg.jwt_cache_ttl, cfg.jwt_cache_entries),
         })
     }
 
@@ -220,11 +232,55 @@ impl ResourceServer {
     /// introspection — and the scopes Gantry requires; who it speaks for, or why not.
     pub async fn validate(&self, token: &str) -> Result<TokenInfo, OAuthError> {
         let info = if token.split('.').count() == 3 || !self.introspects() {
-            self.validate_jwt(token).await?
+            self.validate_jwt_cached(token).await?
         } else {
             self.validate_opaque(token).await?
         };
         self.check_scopes(info)
+    }
+
+    /// A JWT checked before is taken from the cache: a signature check costs far more
+    /// than the rest of a request (an ES256 verification several times a relayed
+    /// call). What can change while the token is cached is checked again: the
+    /// built-in server's grant (revocation takes effect at once) and, through the
+    /// entry's lifetime, `exp`. Only accepted tokens are kept.
+    async fn validate_jwt_cached(&self, token: &str) -> Result<TokenInfo, OAuthError> {
+        if !self.verified.enabled() {
+            let v = self.validate_jwt(token).await?;
+            self.check_grant(&v).await?;
+            return Ok(v.info);
+        }
+        let key = cache::digest(token);
+        let v = match self.verified.get(&key) {
+            Some(v) => v,
+            None => {
+                self.verified
+                    .calls
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let v = self.validate_jwt(token).await?;
+                self.verified
+                    .put(key, v.clone(), self.verified.ttl(), v.info.expires_at);
+                v
+            }
+        };
+        self.check_grant(&v).await?;
+        Ok(v.info)
+    }
+
+    /// A token of Gantry's own authorization server is refused once its grant is
+    /// revoked.
+    async fn check_grant(&self, v: &Verified) -> Result<(), OAuthError> {
+        let (Some(grant), Some(b)) = (&v.grant, &self.builtin) else {
+            return Ok(());
+        };
+        if b.grant_live(grant).await.map_err(OAuthError::Unavailable)? {
+            Ok(())
+        } else {
+            Err(OAuthError::Invalid(
+                "revoked",
+                "the token's grant was revoked".to_owned(),
+            ))
+        }
     }
 
     fn introspects(&self) -> bool {
@@ -234,7 +290,7 @@ impl ResourceServer {
     /// An opaque token: the cached answer, or the first issuer (with introspection)
     /// that says it is active.
     async fn validate_opaque(&self, token: &str) -> Result<TokenInfo, OAuthError> {
-        let key = introspect::digest(token);
+        let key = cache::digest(token);
         if let Some(answer) = self.introspected.get(&key) {
             return answer;
         }
@@ -247,7 +303,8 @@ impl ResourceServer {
             let (answer, exp) =
                 introspect::read_answer(&doc, &issuer.id, &self.resource, &issuer.audiences);
             if doc.get("active") == Some(&Value::Bool(true)) {
-                self.introspected.put(key, answer.clone(), exp);
+                self.introspected
+                    .put(key, answer.clone(), self.introspected.ttl(), exp);
                 return answer;
             }
             last = Some((answer, exp));
@@ -259,7 +316,11 @@ impl ResourceServer {
             )),
             None,
         ));
-        self.introspected.put(key, answer.clone(), exp);
+        let keep = match &answer {
+            Ok(_) => self.introspected.ttl(),
+            Err(_) => introspect::NEGATIVE_TTL,
+        };
+        self.introspected.put(key, answer.clone(), keep, exp);
         answer
     }
 
@@ -292,8 +353,9 @@ impl ResourceServer {
         })
     }
 
-    /// A JWT access token: signature, algorithm, issuer, audience, lifetime.
-    async fn validate_jwt(&self, token: &str) -> Result<TokenInfo, OAuthError> {
+    /// A JWT access token: signature, algorithm, issuer, audience, lifetime. The
+    /// built-in server's grant is named, not checked ([`Self::check_grant`]).
+    async fn validate_jwt(&self, token: &str) -> Result<Verified, OAuthError> {
         let invalid = |label: &'static str, why: &str| OAuthError::Invalid(label, why.to_owned());
         let header = jsonwebtoken::decode_header(token).map_err(|_| {
             // A readable header with an algorithm Gantry does not know (`none`) says so.
@@ -427,18 +489,23 @@ impl ResourceServer {
             .or_else(|| claims.get("azp"))
             .and_then(Value::as_str)
             .map(str::to_owned);
-        if let Some(b) = own {
-            let grant = claims.get("gid").and_then(Value::as_str).unwrap_or("");
-            if !b.grant_live(grant).await.map_err(OAuthError::Unavailable)? {
-                return Err(invalid("revoked", "the token's grant was revoked"));
-            }
-        }
-        Ok(TokenInfo {
-            issuer: issuer_id,
-            subject,
-            client_id,
-            scopes,
-            expires_at: claims.get("exp").and_then(Value::as_u64),
+        // Every token of the built-in server belongs to a grant ("" for none: refused).
+        let grant = own.map(|_| {
+            claims
+                .get("gid")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned()
+        });
+        Ok(Verified {
+            info: TokenInfo {
+                issuer: issuer_id,
+                subject,
+                client_id,
+                scopes,
+                expires_at: claims.get("exp").and_then(Value::as_u64),
+            },
+            grant,
         })
     }
 
