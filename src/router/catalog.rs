@@ -981,7 +981,7 @@ async fn fill(
     })
     .await?;
     let gen = gen
-        .or(match conn.availability() {
+        .or_else(|| match conn.availability() {
             Availability::Up(g) => Some(g),
             _ => None,
         })

@@ -324,11 +324,11 @@ impl Router {
         };
         if infos.iter().all(Option::is_none) {
             route.close().await;
-            return Err(RouteError::NoBackend(first_err.unwrap_or(
+            return Err(RouteError::NoBackend(first_err.unwrap_or_else(|| {
                 UpstreamError::Closed {
                     backend: "none".into(),
-                },
-            )));
+                }
+            })));
         }
         if !single {
             self.watch_catalog(&route);

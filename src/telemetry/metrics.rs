@@ -467,7 +467,7 @@ impl Metrics {
             .by_method
             .iter()
             .find(|s| s.label == label)
-            .or(self.by_method.last())
+            .or_else(|| self.by_method.last())
         else {
             return;
         };

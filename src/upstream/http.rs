@@ -105,10 +105,14 @@ impl Session {
         let after = self.core.request_timeout;
         tokio::time::timeout(after, self.client.send(method, headers, body))
             .await
-            .unwrap_or(Err(ClientError::Http(format!(
-                "no response within {}",
-                crate::telemetry::human(after)
-            ))))
+            // The message is written only when it is needed (`unwrap_or` formatted it
+            // on every request).
+            .unwrap_or_else(|_| {
+                Err(ClientError::Http(format!(
+                    "no response within {}",
+                    crate::telemetry::human(after)
+                )))
+            })
     }
 
     fn remember_session_id(&self, resp: &http::Response<hyper::body::Incoming>) {

@@ -717,7 +717,7 @@ async fn measure(
     cell.warnings = warnings;
     cell.first_warning = first;
     if let Err(e) = stop {
-        cell.failed.get_or_insert(format!("{e:#}"));
+        cell.failed.get_or_insert_with(|| format!("{e:#}"));
     }
     if target == Target::Gantry("catalog") {
         cell.backend_lists = Some(take_list_counts(env));
@@ -2453,7 +2453,7 @@ mod stdio_echo {
                 .unwrap_or_default();
             let result = match method {
                 "initialize" => json!({
-                    "protocolVersion": msg.pointer("/params/protocolVersion").cloned().unwrap_or(json!("2025-11-25")),
+                    "protocolVersion": msg.pointer("/params/protocolVersion").cloned().unwrap_or_else(|| json!("2025-11-25")),
                     "capabilities": {"tools": {}},
                     "serverInfo": {"name": "bench-echo", "version": "1"},
                 }),
@@ -2472,7 +2472,7 @@ mod stdio_echo {
                     let text = msg
                         .pointer("/params/arguments/message")
                         .cloned()
-                        .unwrap_or(json!(""));
+                        .unwrap_or_else(|| json!(""));
                     json!({"content": [{"type": "text", "text": text}], "isError": false})
                 }
                 "ping" => json!({}),

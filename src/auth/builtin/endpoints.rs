@@ -88,7 +88,7 @@ fn peer(
     let addr = extensions
         .get::<ConnectInfo<SocketAddr>>()
         .map(|p| p.0.ip())
-        .unwrap_or(std::net::IpAddr::from([0, 0, 0, 0]));
+        .unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
     let forwarded = headers.get("x-forwarded-for").and_then(|v| v.to_str().ok());
     super::client_key(&s.trusted, addr, forwarded)
 }

@@ -309,13 +309,15 @@ impl ResourceServer {
             }
             last = Some((answer, exp));
         }
-        let (answer, exp) = last.unwrap_or((
-            Err(OAuthError::Invalid(
-                "inactive",
-                "the token is not active".into(),
-            )),
-            None,
-        ));
+        let (answer, exp) = last.unwrap_or_else(|| {
+            (
+                Err(OAuthError::Invalid(
+                    "inactive",
+                    "the token is not active".into(),
+                )),
+                None,
+            )
+        });
         let keep = match &answer {
             Ok(_) => self.introspected.ttl(),
             Err(_) => introspect::NEGATIVE_TTL,

@@ -32,7 +32,8 @@ pub fn canonical(u: &str) -> Option<String> {
     }
     let host = url.host_str()?;
     let port = url.port().map(|p| format!(":{p}")).unwrap_or_default();
-    let path = url.path().strip_suffix('/').unwrap_or(url.path());
+    let path = url.path();
+    let path = path.strip_suffix('/').unwrap_or(path);
     Some(format!("{}://{host}{port}{path}", url.scheme()))
 }
 
