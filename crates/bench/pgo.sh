@@ -2,7 +2,7 @@
 # Builds gantry with profile-guided optimization (PGO): an instrumented build is run
 # under a training load (gantry-bench: both protocol eras, stdio and HTTP backends,
 # every session mode, small and large payloads, lists, new sessions, API keys, OAuth
-# access tokens and rate limits), and the counts it records steer the optimized
+# access tokens, TLS and rate limits), and the counts it records steer the optimized
 # build (which code is hot, how it is laid out, what is inlined). BENCHMARKS.md
 # ("Profile-guided builds") says what it gives; the container images are built this
 # way (docker/Dockerfile).
@@ -63,7 +63,7 @@ train() {
     "$bench" --gantry "$instrumented" --duration "$(d 2)" --warmup "$(d 1)" "$@" >/dev/null
 }
 # The session era, each backend kind and session mode, SSE answers (the default).
-train --modes shared,per-session,per-user,shared+jwt,http,http+h2,shared+limit \
+train --modes shared,per-session,per-user,shared+jwt,shared+tls,http,http+h2,shared+limit \
     --clients 1,16 --payloads 100,10240 --idle-sessions 0
 # JSON answers, large messages, and idle sessions (the memory figure's path).
 train --modes shared,http --clients 16 --payloads 100 --json-only --idle-sessions 300

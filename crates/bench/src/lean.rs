@@ -13,6 +13,8 @@ use std::time::Duration;
 /// One keep-alive connection to the server.
 pub(crate) struct LeanConn {
     addr: SocketAddr,
+    /// `https://`: TLS to the server (`shared+tls`), trusting the bench's certificate.
+    tls: Option<tokio_rustls::TlsConnector>,
     authority: String,
     path: String,
     timeout: Duration,
@@ -31,9 +33,14 @@ impl LeanConn {
     /// A connection (opened on first use) to `url` (`http://127.0.0.1:PORT/path`).
     pub(crate) fn new(url: &str, timeout: Duration) -> Result<Self> {
         let u: http::Uri = url.parse().context("the server URL")?;
-        if u.scheme_str() != Some("http") {
-            bail!("the lean client speaks plain http only: {url}");
-        }
+        let tls = match u.scheme_str() {
+            Some("http") => None,
+            Some("https") => Some(
+                crate::tls::connector()
+                    .with_context(|| format!("{url}: no certificate to trust (shared+tls)"))?,
+            ),
+            _ => bail!("the lean client speaks http and https only: {url}"),
+        };
         let authority = u
             .authority()
             .context("the server URL has no host")?
@@ -43,6 +50,7 @@ impl LeanConn {
             .with_context(|| format!("{authority} is not an IP address and port"))?;
         Ok(Self {
             addr,
+            tls,
             authority,
             path: u
                 .path_and_query()
@@ -57,12 +65,15 @@ impl LeanConn {
             .await
             .with_context(|| format!("connect {}", self.addr))?;
         stream.set_nodelay(true)?;
-        let (sender, conn) =
-            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
-        Ok(sender)
+        let Some(tls) = &self.tls else {
+            return handshake(stream).await;
+        };
+        let name = rustls::pki_types::ServerName::IpAddress(self.addr.ip().into());
+        let stream = tls
+            .connect(name, stream)
+            .await
+            .with_context(|| format!("TLS with {}", self.addr))?;
+        handshake(stream).await
     }
 
     /// POSTs `body` with `headers`; reads the whole answer.
@@ -147,4 +158,17 @@ impl LeanConn {
         }
         bail!("the connection closed twice")
     }
+}
+
+/// An HTTP/1.1 connection over `io`, driven by a task of its own.
+async fn handshake<T>(io: T) -> Result<SendRequest<Full<Bytes>>>
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(io)).await?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok(sender)
 }

@@ -52,6 +52,7 @@ mod lean;
 mod pin;
 mod relay;
 mod soak;
+mod tls;
 
 /// The `session_mode` values of Gantry the bench can measure. Adding a mode is one
 /// line here: it becomes a valid `--modes` value and its name goes into the
@@ -67,6 +68,8 @@ mod soak;
 /// `b0__echo` …): with `--op list`, what `tools/list` costs from Gantry's cache.
 /// `shared+jwt` is `shared` behind OAuth: every client has its own access token, an
 /// ES256 JWT of an issuer the bench runs (`issuer.rs`), checked on every request.
+/// `shared+tls` is `shared` with Gantry terminating TLS itself (`server.tls`, a
+/// certificate the bench makes; `tls.rs`).
 const GANTRY_MODES: &[&str] = &[
     "shared",
     "http",
@@ -77,6 +80,7 @@ const GANTRY_MODES: &[&str] = &[
     "shared+limit",
     "shared+redis-limit",
     "shared+jwt",
+    "shared+tls",
     "catalog",
 ];
 
@@ -386,6 +390,8 @@ struct Env {
     redis: Option<Redis>,
     /// The identity provider of `shared+jwt` (started when that target is measured).
     issuer: Option<issuer::Issuer>,
+    /// Gantry's certificate in `shared+tls` rows (made when that target is measured).
+    tls: Option<tls::Tls>,
     /// `--generator-threads`.
     generator_threads: usize,
     /// `--era stateless`.
@@ -463,10 +469,16 @@ async fn run(cli: Cli) -> Result<bool> {
         );
     }
     let gantry = gantry.canonicalize().unwrap_or(gantry);
+    let dir = TempDir::new()?;
+    let tls = if cli.modes.contains(&Target::Gantry("shared+tls")) {
+        Some(tls::Tls::make(&dir.0)?)
+    } else {
+        None
+    };
     let env = Env {
         gantry,
         bench,
-        dir: TempDir::new()?,
+        dir,
         clk_tck: clock_ticks(),
         accept: if cli.json_only {
             "application/json"
@@ -487,6 +499,7 @@ async fn run(cli: Cli) -> Result<bool> {
         } else {
             None
         },
+        tls,
         generator_threads: cli.generator_threads.max(1),
         stateless: cli.era == "stateless",
     };
@@ -872,6 +885,10 @@ fn gantry_config(env: &Env, mode: &str, max_sessions: usize) -> String {
     } else {
         "pool = { max_connections = 0 }".to_owned()
     };
+    let tls = match (&env.tls, mode) {
+        (Some(t), "shared+tls") => t.server_line(),
+        _ => String::new(),
+    };
     let mode = mode.split_once('+').map_or(mode, |(m, _)| m);
     let mode = toml::Value::String(mode.to_owned());
     format!(
@@ -882,6 +899,7 @@ fn gantry_config(env: &Env, mode: &str, max_sessions: usize) -> String {
          # One load generator is one client: no per-client quota, no process cap.\n\
          max_sessions_per_client = 0\n\
          session_rate_per_client = 0\n\
+         {tls}\
          \n\
          [[backends]]\n\
          name = \"echo\"\n\
