@@ -138,14 +138,18 @@ pub fn encode(v: &Value) -> Option<String> {
 }
 
 /// The headers a client sends for a call with `arguments`.
-pub fn headers_for(params: &[ParamHeader], arguments: &Value) -> Vec<(String, String)> {
+pub fn headers_for(
+    params: &[ParamHeader],
+    arguments: &Value,
+) -> Vec<(http::HeaderName, http::HeaderValue)> {
     params
         .iter()
         .filter_map(|p| {
             let v = value_at(arguments, &p.path)?;
+            let name = format!("mcp-param-{}", p.name.to_ascii_lowercase());
             Some((
-                format!("mcp-param-{}", p.name.to_ascii_lowercase()),
-                encode(v)?,
+                http::HeaderName::from_bytes(name.as_bytes()).ok()?,
+                http::HeaderValue::from_str(&encode(v)?).ok()?,
             ))
         })
         .collect()
@@ -236,7 +240,10 @@ mod tests {
         let params = of_schema(&schema());
         let args =
             json!({"region": "eu-west", "priority": 3, "flag": true, "nested": {"zone": "  é  "}});
-        let sent: HashMap<String, String> = headers_for(&params, &args).into_iter().collect();
+        let sent: HashMap<String, String> = headers_for(&params, &args)
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_str().unwrap_or_default().to_owned()))
+            .collect();
         assert_eq!(sent["mcp-param-region"], "eu-west");
         assert_eq!(sent["mcp-param-priority"], "3");
         assert_eq!(sent["mcp-param-flag"], "true");

@@ -168,12 +168,19 @@ impl W3c {
     }
 
     /// The `traceparent` / `tracestate` headers.
-    pub fn headers(&self) -> Vec<(String, String)> {
-        let mut h = vec![("traceparent".to_owned(), self.traceparent.clone())];
-        if let Some(s) = &self.tracestate {
-            h.push(("tracestate".to_owned(), s.clone()));
-        }
-        h
+    /// A value that is not a valid header value (a client's `tracestate` with control
+    /// characters) is left out.
+    pub fn headers(&self) -> Vec<(http::HeaderName, http::HeaderValue)> {
+        use http::{HeaderName, HeaderValue};
+        const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+        const TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
+        [
+            (TRACEPARENT, Some(self.traceparent.as_str())),
+            (TRACESTATE, self.tracestate.as_deref()),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| Some((k, HeaderValue::from_str(v?).ok()?)))
+        .collect()
     }
 }
 

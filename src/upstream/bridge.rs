@@ -126,18 +126,18 @@ fn write_stateless_meta(
     for (k, v) in client.meta.iter().flat_map(|m| m.iter()) {
         o.member(out, k, v);
     }
-    o.member(
-        out,
-        META_PROTOCOL_VERSION,
-        &format!("\"{STATELESS_VERSION}\""),
-    );
-    let caps = client
-        .capabilities
-        .as_deref()
-        .map_or_else(|| "{}".to_owned(), ToString::to_string);
-    o.member(out, META_CLIENT_CAPABILITIES, &caps);
+    o.key(out, META_PROTOCOL_VERSION);
+    crate::jsonrpc::push_json_string(out, STATELESS_VERSION);
+    o.key(out, META_CLIENT_CAPABILITIES);
+    match client.capabilities.as_deref() {
+        // What most clients declare, and Gantry's own requests: no serializer.
+        None => out.push_str("{}"),
+        Some(serde_json::Value::Object(c)) if c.is_empty() => out.push_str("{}"),
+        Some(c) => out.push_str(&serde_json::to_string(c).unwrap_or_else(|_| "{}".to_owned())),
+    }
     if let Some(l) = client.log_level {
-        o.member(out, META_LOG_LEVEL, &crate::jsonrpc::json_string(l));
+        o.key(out, META_LOG_LEVEL);
+        crate::jsonrpc::push_json_string(out, l);
     }
     o.end(out);
 }
@@ -171,7 +171,7 @@ pub(super) async fn call_stateless(
     params: Option<Box<RawValue>>,
     ctx: &CallCtx,
     deadline: tokio::time::Instant,
-    trace_headers: Vec<(String, String)>,
+    trace_headers: super::core::ExtraHeaders,
 ) -> Result<Response, UpstreamError> {
     let done = || Ok(Response::ok(RequestId::from_u64(0), empty_object()));
     match method {
@@ -215,17 +215,29 @@ pub(super) async fn call_stateless(
         }
         _ => Vec::new(),
     };
-    // The headers that mirror the body, from what was just read of it (HTTP).
-    headers.push((crate::mcp::header::METHOD.to_string(), method.to_owned()));
-    if let Some(n) = &named {
-        headers.push((
-            crate::mcp::header::NAME.to_string(),
-            crate::mcp::header::encode(n),
-        ));
+    // The headers that mirror the body, from what was just read of it (HTTP). A
+    // method or name that is not a valid header value is sent without the header
+    // (the backend answers with its own error).
+    use http::HeaderValue;
+    if let Ok(v) = HeaderValue::from_str(method) {
+        headers.push((crate::mcp::header::METHOD, v));
+    }
+    if let Some(v) = named
+        .as_deref()
+        .and_then(|n| HeaderValue::from_str(&crate::mcp::header::encode(n)).ok())
+    {
+        headers.push((crate::mcp::header::NAME, v));
     }
     headers.extend(trace_headers);
     let mut outgoing = Some(base);
     for _ in 0..MAX_INPUT_ROUNDS {
+        // A stateless-era client is answered after the first round: its headers go
+        // without a copy.
+        let round_headers = if ctx.client.era == Era::Stateless {
+            std::mem::take(&mut headers)
+        } else {
+            headers.clone()
+        };
         let resp = core
             .request_with(
                 gen,
@@ -234,7 +246,7 @@ pub(super) async fn call_stateless(
                 Some(ctx.sink.clone()),
                 &ctx.cancel,
                 deadline.saturating_duration_since(tokio::time::Instant::now()),
-                headers.clone(),
+                round_headers,
             )
             .await?;
         if ctx.client.era == Era::Stateless {
@@ -292,7 +304,7 @@ async fn param_headers(
     gen: u64,
     name: &str,
     params: &RawValue,
-) -> Vec<(String, String)> {
+) -> super::core::ExtraHeaders {
     let known = core.tool_headers.lock().clone();
     let declared = match known {
         Some(d) => d,

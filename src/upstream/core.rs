@@ -89,8 +89,13 @@ pub(crate) struct Outgoing {
     /// For requests: the upstream id (HTTP uses it to attribute the response stream).
     pub request_id: Option<u64>,
     /// HTTP only: headers that go with this message (`Mcp-Param-*`).
-    pub headers: Vec<(String, String)>,
+    pub headers: ExtraHeaders,
 }
+
+/// Headers a request carries to an HTTP backend beside the connection's own (the
+/// stateless era's `Mcp-Method` / `Mcp-Name` / `Mcp-Param-*`, trace context), made
+/// and checked once where they are known.
+pub(crate) type ExtraHeaders = Vec<(http::HeaderName, http::HeaderValue)>;
 
 /// The shared state of one backend connection.
 pub(crate) struct Core {
@@ -314,7 +319,7 @@ impl Core {
         sink: Option<Sink>,
         cancel: &CancellationToken,
         timeout: Duration,
-        headers: Vec<(String, String)>,
+        headers: ExtraHeaders,
     ) -> Result<Response, UpstreamError> {
         self.send_request(gen, method, params, sink, cancel, timeout, headers, None)
             .await
@@ -330,7 +335,7 @@ impl Core {
         sink: Option<Sink>,
         cancel: &CancellationToken,
         timeout: Duration,
-        headers: Vec<(String, String)>,
+        headers: ExtraHeaders,
         listen_version: Option<u64>,
     ) -> Result<Response, UpstreamError> {
         let id = self.next_id();

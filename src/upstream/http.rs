@@ -9,7 +9,7 @@
 //! requests fail and the connection re-initializes.
 
 use super::client::{Client, ClientError, Lease};
-use super::core::{Core, Outgoing, State};
+use super::core::{Core, ExtraHeaders, Outgoing, State};
 use super::handshake::handshake;
 use super::supervise::Transport;
 use crate::config::{HttpConfig, RestartConfig};
@@ -129,13 +129,10 @@ impl Session {
 
     /// The headers of the stateless era for one outgoing message (also used for the
     /// `server/discover` probe, before the era is known).
-    fn stateless_headers(&self, h: &mut HeaderMap, line: &str, extra: &[(String, String)]) {
+    fn stateless_headers(&self, h: &mut HeaderMap, line: &str, extra: &ExtraHeaders) {
         let stateless = self.stateless.load(std::sync::atomic::Ordering::Relaxed);
         // A relayed call brings its own (`bridge::call_stateless`).
-        if extra
-            .iter()
-            .any(|(k, _)| k.eq_ignore_ascii_case(crate::mcp::header::METHOD.as_str()))
-        {
+        if extra.iter().any(|(k, _)| k == crate::mcp::header::METHOD) {
             return;
         }
         // Session-era traffic is not parsed here (only the era probe gets headers).
@@ -206,13 +203,8 @@ impl Session {
         let had_session = read(&self.id).is_some();
         let mut headers = self.headers();
         self.stateless_headers(&mut headers, &line, &extra);
-        for (k, v) in &extra {
-            if let (Ok(k), Ok(v)) = (
-                HeaderName::from_bytes(k.as_bytes()),
-                HeaderValue::from_str(v),
-            ) {
-                headers.append(k, v);
-            }
+        for (k, v) in extra {
+            headers.append(k, v);
         }
         headers.insert(CONTENT_TYPE, JSON);
         headers.insert(ACCEPT, JSON_OR_SSE);
