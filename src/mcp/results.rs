@@ -114,11 +114,13 @@ fn write_with_server_info(out: &mut String, meta: &Object<'_>, server_info: &Raw
 }
 
 /// Writes `result` shaped for a stateless-era client, as
-/// [`ResultText::write_for_stateless`]
-/// would, into `out` by splicing the added fields before its closing brace: for a
-/// result object that names none of them (what a session-era backend returns), the
-/// content is copied once and never parsed. Returns `false`, having written nothing,
-/// for any other result.
+/// [`ResultText::write_for_stateless`] would, into `out` by splicing the added
+/// fields before its closing brace: the content is copied once and never parsed.
+/// That covers a session-era backend's results (which name none of the fields) and
+/// a stateless-era backend's complete ones (`resultType` written, hints it set
+/// kept, its own `serverInfo` in `_meta`). Returns `false`, having written nothing,
+/// for any other result: one that asks for input, needs a field replaced or
+/// `serverInfo` added to its `_meta`, names a field twice, or is no object.
 pub fn splice_for_stateless(
     out: &mut String,
     result: &str,
@@ -126,38 +128,94 @@ pub fn splice_for_stateless(
     private: bool,
     server_info: &RawValue,
 ) -> bool {
+    use crate::jsonrpc::members::{key_is, members, string_value};
     let text = result.trim();
     let (Some(inner), true) = (text.strip_suffix('}'), text.starts_with('{')) else {
         return false;
     };
-    // Top-level members only: the content beside them is not searched.
-    let named = ["resultType", "_meta", "ttlMs", "cacheScope"];
+    let hints = CACHEABLE.contains(&method);
+    // How many times the result names each field Gantry writes.
+    let mut named = [0u8; 4];
+    const RESULT_TYPE: usize = 0;
+    const META: usize = 1;
+    const TTL: usize = 2;
+    const SCOPE: usize = 3;
     let needles = [
         crate::needle!("resultType"),
         crate::needle!("_meta"),
         crate::needle!("ttlMs"),
         crate::needle!("cacheScope"),
     ];
-    if !crate::jsonrpc::surely_lacks(text, &needles)
-        && crate::jsonrpc::members::members(text)
-            .any(|(k, _)| named.iter().any(|n| crate::jsonrpc::members::key_is(k, n)))
-    {
-        return false;
+    // Top-level members only: the content beside them is not searched.
+    if !crate::jsonrpc::surely_lacks(text, &needles) {
+        for (k, v) in members(text) {
+            let Some(key) = string_value(k) else {
+                return false;
+            };
+            let field = match key.as_ref() {
+                "resultType" => {
+                    if string_value(v).as_deref() != Some(COMPLETE) {
+                        return false;
+                    }
+                    RESULT_TYPE
+                }
+                "_meta" => {
+                    let names_itself =
+                        v.starts_with('{') && members(v).any(|(k, _)| key_is(k, META_SERVER_INFO));
+                    if !names_itself {
+                        return false;
+                    }
+                    META
+                }
+                "ttlMs" => TTL,
+                "cacheScope" if hints && private => return false,
+                "cacheScope" => SCOPE,
+                _ => continue,
+            };
+            let Some(n) = named.get_mut(field) else {
+                return false;
+            };
+            if *n > 0 {
+                return false;
+            }
+            *n = 1;
+        }
     }
+    let has = |field: usize| named.get(field).is_some_and(|n| *n > 0);
+    let mut more = !inner[1..].trim().is_empty();
+    out.reserve(inner.len() + 160);
     out.push_str(inner);
-    if !inner[1..].trim().is_empty() {
-        out.push(',');
+    let mut add = |out: &mut String, member: &str| {
+        if more {
+            out.push(',');
+        }
+        more = true;
+        out.push_str(member);
+    };
+    if !has(RESULT_TYPE) {
+        add(out, "\"resultType\":\"complete\"");
     }
-    out.push_str("\"resultType\":\"complete\"");
-    if CACHEABLE.contains(&method) {
-        out.push_str(",\"ttlMs\":0,\"cacheScope\":");
-        out.push_str(if private { "\"private\"" } else { "\"public\"" });
+    if hints && !has(TTL) {
+        add(out, "\"ttlMs\":0");
     }
-    out.push_str(",\"_meta\":{\"");
-    out.push_str(META_SERVER_INFO);
-    out.push_str("\":");
-    out.push_str(server_info.get());
-    out.push_str("}}");
+    if hints && !has(SCOPE) {
+        add(
+            out,
+            if private {
+                "\"cacheScope\":\"private\""
+            } else {
+                "\"cacheScope\":\"public\""
+            },
+        );
+    }
+    if !has(META) {
+        add(out, "\"_meta\":{\"");
+        out.push_str(META_SERVER_INFO);
+        out.push_str("\":");
+        out.push_str(server_info.get());
+        out.push('}');
+    }
+    out.push('}');
     true
 }
 
@@ -307,6 +365,19 @@ mod tests {
             (r#"{"resources":[]}"#, "resources/list", false),
             ("{}", "tools/call", false),
             (" { } ", "prompts/list", false),
+            // A stateless-era backend's complete results.
+            (
+                r#"{"resultType":"complete","content":[],"isError":false}"#,
+                "tools/call",
+                true,
+            ),
+            (r#"{"tools":[],"ttlMs":5}"#, "tools/list", false),
+            (r#"{"tools":[],"cacheScope":"public"}"#, "tools/list", false),
+            (
+                r#"{"resultType":"complete","content":[],"_meta":{"a":1,"io.modelcontextprotocol/serverInfo":{"name":"b"}}}"#,
+                "tools/call",
+                false,
+            ),
         ] {
             let mut out = String::new();
             assert!(
@@ -320,18 +391,24 @@ mod tests {
                 "{text}"
             );
         }
-        // Results that name a field it adds, or are no object, are left to the parser.
-        for text in [
-            r#"{"content":[],"_meta":{}}"#,
-            r#"{"resultType":"input_required"}"#,
-            r#"{"tools":[],"ttlMs":5}"#,
-            r#"{"tools":[],"cacheScope":"public"}"#,
-            "[1]",
-            r#""text""#,
+        // Results that need a field replaced or added inside, or are no object, are
+        // left to the parser.
+        for (text, private) in [
+            (r#"{"content":[],"_meta":{}}"#, false),
+            (r#"{"content":[],"_meta":[]}"#, false),
+            (r#"{"resultType":"input_required"}"#, false),
+            (
+                r#"{"resultType":"complete","resultType":"input_required"}"#,
+                false,
+            ),
+            (r#"{"tools":[],"ttlMs":5,"ttlMs":6}"#, false),
+            (r#"{"tools":[],"cacheScope":"public"}"#, true),
+            ("[1]", false),
+            (r#""text""#, false),
         ] {
             let mut out = String::new();
             assert!(
-                !splice_for_stateless(&mut out, text, "tools/list", false, &info),
+                !splice_for_stateless(&mut out, text, "tools/list", private, &info),
                 "{text}"
             );
             assert!(out.is_empty());
@@ -355,5 +432,61 @@ mod tests {
         assert_eq!(round.state, Some(json!("s")));
         let done = serde_json::value::to_raw_value(&json!({"resultType": "complete"})).unwrap();
         assert!(InputRound::of(&done).is_none());
+    }
+}
+
+#[cfg(test)]
+mod props {
+    //! A spliced result is the shaped one, whatever fields a backend's result names
+    //! and in whatever order.
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::testkit::config;
+    use proptest::prelude::*;
+
+    /// A result's top-level members: the fields Gantry writes (each well-formed or
+    /// not, sometimes twice) among others, in any order and spacing.
+    fn result_text() -> impl Strategy<Value = String> {
+        let member = prop::sample::select(vec![
+            r#""content":[{"type":"text","text":"}\"resultType\""}]"#,
+            r#""isError":false"#,
+            r#""tools":[]"#,
+            r#""resultType":"complete""#,
+            r#""resultType":"input_required""#,
+            r#""resultType":5"#,
+            r#""ttlMs":500"#,
+            r#""cacheScope":"public""#,
+            r#""_meta":{}"#,
+            r#""_meta":{"io.modelcontextprotocol/serverInfo":{"name":"b"}}"#,
+            r#""_meta":{"x":1,"io.modelcontextprotocol/serverInfo":{"name":"b"}}"#,
+            r#""_meta":null"#,
+            r#""resultT\u0079pe":"complete""#,
+        ]);
+        (prop::collection::vec(member, 0..6), " ?", " ?").prop_map(|(members, pad, sep)| {
+            format!("{pad}{{{sep}{}}}", members.join(&format!(",{sep}")))
+        })
+    }
+
+    proptest! {
+        #![proptest_config(config(512))]
+
+        #[test]
+        fn a_spliced_result_is_the_shaped_one(
+            text in result_text(),
+            method in prop::sample::select(vec!["tools/call", "tools/list", "resources/read"]),
+            private in any::<bool>(),
+        ) {
+            let info = crate::jsonrpc::to_raw(&json!({"name": "gantry"}));
+            let mut spliced = String::new();
+            if splice_for_stateless(&mut spliced, &text, method, private, &info) {
+                let mut shaped = String::new();
+                ResultText::read(&text).write_for_stateless(&mut shaped, method, private, &info, None);
+                let a: Value = serde_json::from_str(&spliced).unwrap();
+                let b: Value = serde_json::from_str(&shaped).unwrap();
+                prop_assert_eq!(a, b, "{}", text);
+            } else {
+                prop_assert!(spliced.is_empty());
+            }
+        }
     }
 }
