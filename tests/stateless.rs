@@ -810,3 +810,44 @@ async fn a_stray_session_id_on_a_stateless_request_is_ignored() {
         404
     );
 }
+
+#[tokio::test]
+async fn a_session_era_backend_gets_the_clients_params_without_the_stateless_eras_own() {
+    let dir = common::Scratch::new("session-backend-params");
+    let record = dir.file("received.jsonl");
+    let g = Gantry::with_config(&format!(
+        "[[backends]]\nname = \"mb\"\n\
+         stdio = {{ command = \"python3\", args = [{:?}], env = {{ MB_RECORD = {:?} }} }}\n",
+        fixture("misbehaving_server.py").to_str().unwrap(),
+        record.to_str().unwrap()
+    ));
+    let c = Stateless::new(&g);
+    // The client's own `_meta` keys beside the era's, and arguments written with
+    // spacing and number forms a re-serialization would change.
+    let args = r#"{ "message" : "hi", "n": 1.50 }"#;
+    let mut m = meta(json!({"elicitation": {}}));
+    m["x.example/tag"] = json!("mine");
+    m["io.modelcontextprotocol/logLevel"] = json!("info");
+    let body = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"echo","arguments":{args},"_meta":{m}}}}}"#
+    );
+    let rb = c.builder("tools/call", Some("echo"));
+    let r = bounded("the call", async {
+        common::Client::read(rb.body(body).send().await.unwrap()).await
+    })
+    .await;
+    assert_eq!(text_of(&the_response(&r, &json!(1))), "hi", "{}", r.raw);
+    let call = recorded(&record)
+        .into_iter()
+        .find(|m| m["method"] == "tools/call")
+        .expect("the call reached the backend");
+    let params = call["params"].as_object().unwrap();
+    let keys: Vec<&str> = params.keys().map(String::as_str).collect();
+    assert_eq!(keys, ["name", "arguments", "_meta"], "{call}");
+    assert_eq!(params["_meta"], json!({"x.example/tag": "mine"}), "{call}");
+    assert_eq!(
+        params["arguments"],
+        json!({"message": "hi", "n": 1.5}),
+        "{call}"
+    );
+}

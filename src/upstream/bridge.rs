@@ -8,7 +8,7 @@ use super::handshake::own_meta;
 use super::listen::LISTEN_ACK_WAIT;
 use crate::call::CallCtx;
 use crate::jsonrpc::{code, empty_object, to_raw, RequestId, Response, RpcError};
-use crate::mcp::results::{meta_object, Fields, InputRound};
+use crate::mcp::results::{Fields, InputRound};
 use crate::mcp::{Era, META_PREFIX, STATELESS_VERSION};
 use serde_json::value::RawValue;
 use std::sync::atomic::Ordering;
@@ -19,44 +19,60 @@ use tokio_util::sync::CancellationToken;
 const MAX_INPUT_ROUNDS: usize = 16;
 
 /// Params for a session-era backend: nothing of the stateless era (its `_meta` keys,
-/// `inputResponses`, `requestState`). Params without them pass through untouched.
+/// `inputResponses`, `requestState`). Params without them pass through untouched;
+/// others are written again around their own text (only the top level and `_meta`
+/// are read, a tool's arguments are copied as written).
 pub(super) fn for_session_era(params: Option<Box<RawValue>>) -> Option<Box<RawValue>> {
+    use crate::jsonrpc::members::{Object, ObjectWriter};
     let raw = params?;
-    let text = raw.get();
-    use crate::jsonrpc::members::{key_is, members};
     let needles = [
         crate::needle!(META_PREFIX),
         crate::needle!("inputResponses"),
         crate::needle!("requestState"),
     ];
-    if crate::jsonrpc::surely_lacks(text, &needles) {
+    if crate::jsonrpc::surely_lacks(raw.get(), &needles) {
         return Some(raw);
     }
-    // Only the top level is looked at (not the arguments beside it).
-    let stateless = members(text).any(|(k, v)| {
-        key_is(k, "inputResponses")
-            || key_is(k, "requestState")
-            || (key_is(k, "_meta") && crate::jsonrpc::mentions(v, crate::needle!(META_PREFIX)))
-    });
-    if !stateless {
-        return Some(raw);
-    }
-    // Only the top level and `_meta` are read: the rest (a tool's arguments) is
-    // relayed as written.
-    let Ok(mut p) = serde_json::from_str::<crate::mcp::results::Fields>(text) else {
-        return Some(raw);
-    };
-    p.shift_remove("inputResponses");
-    p.shift_remove("requestState");
-    if let Some(mut meta) = meta_object::<serde_json::Map<String, serde_json::Value>>(&p) {
-        meta.retain(|k, _| !k.starts_with(META_PREFIX));
-        if meta.is_empty() {
-            p.shift_remove("_meta");
-        } else {
-            p.insert("_meta".into(), to_raw(&meta));
+    let written = {
+        let Some((top, meta)) = Object::parse_with(raw.get(), "_meta") else {
+            return Some(raw);
+        };
+        let protocol = |k: &str| k.starts_with(META_PREFIX);
+        let stateless = |k: &str| matches!(k, "inputResponses" | "requestState");
+        if !top.iter().any(|(k, _)| stateless(k))
+            && !meta
+                .as_ref()
+                .is_some_and(|m| m.iter().any(|(k, _)| protocol(k)))
+        {
+            return Some(raw);
         }
-    }
-    Some(to_raw(&p))
+        let mut out = String::with_capacity(raw.get().len());
+        let o = ObjectWriter::begin(&mut out);
+        for (k, v) in top.iter() {
+            match (k, &meta) {
+                (k, _) if stateless(k) => {}
+                ("_meta", Some(meta)) => {
+                    // The client's own keys only; none: no `_meta` at all.
+                    let mut own = meta.iter().filter(|(k, _)| !protocol(k)).peekable();
+                    if own.peek().is_some() {
+                        o.key(&mut out, k);
+                        let m = ObjectWriter::begin(&mut out);
+                        for (k, v) in own {
+                            m.member(&mut out, k, v);
+                        }
+                        m.end(&mut out);
+                    }
+                }
+                // Not an object: left as it was written.
+                _ => o.member(&mut out, k, v),
+            }
+        }
+        o.end(&mut out);
+        out
+    };
+    // Every piece is valid JSON: the check cannot fail, but a failure would leave
+    // the params as they came rather than panic.
+    Some(RawValue::from_string(written).unwrap_or(raw))
 }
 
 /// Params for a stateless-era backend: `_meta` says which version, and what the
