@@ -524,7 +524,7 @@ pub fn mentions(text: &str, needle: &Needle) -> bool {
 /// counts by its last value, as in the JSON parsers of the backends that act on it.
 pub fn string_field(params: Option<&RawValue>, field: &str) -> Option<String> {
     let v = members::member(params?.get(), field)?;
-    serde_json::from_str::<String>(v).ok()
+    members::string_value(v).map(std::borrow::Cow::into_owned)
 }
 
 /// Whether the `_meta` object of raw params (any of its repeats) mentions `needle`:

@@ -176,11 +176,13 @@ struct Cli {
     /// backends started ahead (`pool.min_idle`).
     #[arg(long, default_value = "echo", value_parser = ["echo", "list", "session"])]
     op: String,
-    /// The clients' protocol era: `session` (initialize, then Mcp-Session-Id on every
-    /// request; 2025-11-25) or `stateless` (2026-07-28: no initialize, `_meta` and the
-    /// Mcp-Method / Mcp-Name headers on every request).
-    #[arg(long, default_value = "session", value_parser = ["session", "stateless"])]
-    era: String,
+    /// The clients' protocol eras: `session` (initialize, then Mcp-Session-Id on every
+    /// request; 2025-11-25) and/or `stateless` (2026-07-28: no initialize, `_meta` and
+    /// the Mcp-Method / Mcp-Name headers on every request). With both, each target is
+    /// measured in both eras back to back and stateless rows get their calls/s as a
+    /// ratio to the same target's session-era row ("÷ session era").
+    #[arg(long, default_value = "session", value_delimiter = ',', value_parser = ["session", "stateless"])]
+    era: Vec<String>,
     /// Threads of the load generator (the clients run on them; 1: one core, a
     /// current-thread runtime). A row whose generator kept its threads ≥ 90 % busy
     /// gets no ratio: the generator, not the server, set its pace.
@@ -220,7 +222,7 @@ enum Mode {
 }
 
 /// What a measurement runs against.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Target {
     /// The in-binary minimal MCP server, no gateway.
     Direct,
@@ -394,8 +396,6 @@ struct Env {
     tls: Option<tls::Tls>,
     /// `--generator-threads`.
     generator_threads: usize,
-    /// `--era stateless`.
-    stateless: bool,
 }
 
 /// A redis-server on a loopback port, killed on drop.
@@ -446,7 +446,10 @@ async fn run(cli: Cli) -> Result<bool> {
     if cli.duration.is_zero() {
         bail!("--duration must be positive");
     }
-    if cli.op == "session" && cli.era == "stateless" {
+    if cli.era.is_empty() {
+        bail!("--era must name at least one era");
+    }
+    if cli.op == "session" && cli.era.iter().any(|e| e == "stateless") {
         bail!("--op session measures session creation: the stateless era has none");
     }
     if cli.op != "list" && cli.modes.contains(&Target::Gantry("catalog")) {
@@ -501,13 +504,17 @@ async fn run(cli: Cli) -> Result<bool> {
         },
         tls,
         generator_threads: cli.generator_threads.max(1),
-        stateless: cli.era == "stateless",
     };
-    let mut cells: Vec<(usize, usize, Target)> = Vec::new();
+    let mut eras: Vec<bool> = cli.era.iter().map(|e| e == "stateless").collect();
+    eras.dedup();
+    // A target's eras are measured back to back: their ratio sees the same host.
+    let mut cells: Vec<(usize, usize, Target, bool)> = Vec::new();
     for &n in &cli.clients {
         for &p in &cli.payloads {
             for &t in &cli.modes {
-                cells.push((n, p, t));
+                for &stateless in &eras {
+                    cells.push((n, p, t, stateless));
+                }
             }
         }
     }
@@ -529,16 +536,17 @@ async fn run(cli: Cli) -> Result<bool> {
     let rounds = cli.rounds.max(1);
     let mut by_cell: Vec<Vec<CellResult>> = (0..cells.len()).map(|_| Vec::new()).collect();
     for (step, i) in (0..rounds).flat_map(|_| 0..cells.len()).enumerate() {
-        let Some(&(n, p, target)) = cells.get(i) else {
+        let Some(&(n, p, target, stateless)) = cells.get(i) else {
             continue;
         };
         eprint!(
-            "[{}/{}] {:<11} N={n:<4} P={p:<6} ",
+            "[{}/{}] {:<11} {:<9} N={n:<4} P={p:<6} ",
             step + 1,
             cells.len() * rounds,
-            target.name()
+            target.name(),
+            era_name(stateless),
         );
-        let r = measure(&env, target, n, p, cli.warmup, cli.duration).await;
+        let r = measure(&env, target, n, p, stateless, cli.warmup, cli.duration).await;
         match &r.failed {
             None => eprintln!(
                 "{:>8.0} calls/s  p50 {} ms  p99 {} ms  errors {}  (setup {:.2} s, stop {:.2} s)",
@@ -596,6 +604,8 @@ async fn run(cli: Cli) -> Result<bool> {
 /// The outcome of one (target, N, P).
 struct CellResult {
     target: Target,
+    /// Its clients spoke the stateless era.
+    stateless: bool,
     clients: usize,
     payload: usize,
     /// Calls completed (and verified) inside the measured window.
@@ -629,9 +639,10 @@ struct CellResult {
 }
 
 impl CellResult {
-    fn empty(target: Target, clients: usize, payload: usize) -> Self {
+    fn empty(target: Target, stateless: bool, clients: usize, payload: usize) -> Self {
         Self {
             target,
+            stateless,
             clients,
             payload,
             calls: 0,
@@ -685,6 +696,15 @@ impl CellResult {
     }
 }
 
+/// `session` or `stateless`.
+fn era_name(stateless: bool) -> &'static str {
+    if stateless {
+        "stateless"
+    } else {
+        "session"
+    }
+}
+
 /// The round of one cell with the median calls/s (a failed round counts as the
 /// slowest), carrying the range of calls/s over all its rounds.
 fn median_round(mut rounds: Vec<CellResult>) -> Option<CellResult> {
@@ -709,10 +729,11 @@ async fn measure(
     target: Target,
     n: usize,
     p: usize,
+    stateless: bool,
     warmup: Duration,
     duration: Duration,
 ) -> CellResult {
-    let mut cell = CellResult::empty(target, n, p);
+    let mut cell = CellResult::empty(target, stateless, n, p);
     let mut server = match start_target(env, target, n + 16).await {
         Ok(s) => s,
         Err(e) => {
@@ -988,7 +1009,7 @@ async fn load(
     duration: Duration,
 ) -> Result<()> {
     let setup_started = Instant::now();
-    let clients = open_clients(env, &server.url, cell.clients, cell.target).await?;
+    let clients = open_clients(env, &server.url, cell.clients, cell.target, cell.stateless).await?;
     cell.setup = setup_started.elapsed();
     // One call each before the clock starts: connections are warm and (per-session)
     // every backend has answered once.
@@ -1080,7 +1101,13 @@ fn percentile(sorted: &[u32], p: f64) -> u64 {
 /// Opens `n` sessions, `SETUP_CONCURRENCY` at a time; fails on the first that fails.
 /// In `per-user` rows every `SESSIONS_PER_USER` consecutive clients share an API key;
 /// in `shared+jwt` rows each client has an access token of its own.
-async fn open_clients(env: &Env, url: &str, n: usize, target: Target) -> Result<Vec<McpClient>> {
+async fn open_clients(
+    env: &Env,
+    url: &str,
+    n: usize,
+    target: Target,
+    stateless: bool,
+) -> Result<Vec<McpClient>> {
     use futures::StreamExt;
     let mut opened: Vec<McpClient> = futures::stream::iter(0..n)
         .map(|i| async move {
@@ -1092,7 +1119,7 @@ async fn open_clients(env: &Env, url: &str, n: usize, target: Target) -> Result<
                 }
                 _ => None,
             };
-            c.stateless = env.stateless;
+            c.stateless = stateless;
             if !c.stateless {
                 c.initialize()
                     .await
@@ -1607,7 +1634,8 @@ fn report(
     results: &[CellResult],
     idle: Option<&Result<IdleResult, String>>,
 ) -> String {
-    let headers = [
+    let both_eras = results.iter().any(|r| r.stateless) && results.iter().any(|r| !r.stateless);
+    let mut headers = vec![
         "target",
         "N",
         "P (B)",
@@ -1623,17 +1651,34 @@ fn report(
         "setup s",
         "errors",
     ];
-    let direct: HashMap<(usize, usize), &CellResult> = results
+    if both_eras {
+        headers.insert(1, "era");
+        headers.insert(5, "÷ session era");
+    }
+    let direct: HashMap<(usize, usize, bool), &CellResult> = results
         .iter()
         .filter(|r| r.target == Target::Direct && r.failed.is_none())
-        .map(|r| ((r.clients, r.payload), r))
+        .map(|r| ((r.clients, r.payload, r.stateless), r))
+        .collect();
+    // Each target's session-era rows, for the stateless rows' "÷ session era".
+    let session_era: HashMap<(Target, usize, usize), &CellResult> = results
+        .iter()
+        .filter(|r| !r.stateless && r.failed.is_none())
+        .map(|r| ((r.target, r.clients, r.payload), r))
         .collect();
     let mut rows: Vec<Vec<String>> = Vec::new();
     for r in results {
         let base = direct
-            .get(&(r.clients, r.payload))
+            .get(&(r.clients, r.payload, r.stateless))
             .copied()
             .filter(|_| r.target != Target::Direct);
+        let with_era = |mut row: Vec<String>, vs_session: String| {
+            if both_eras {
+                row.insert(1, era_name(r.stateless).to_owned());
+                row.insert(5, vs_session);
+            }
+            row
+        };
         if let Some(why) = &r.failed {
             let mut row = vec![
                 r.target.name().to_owned(),
@@ -1641,10 +1686,16 @@ fn report(
                 r.payload.to_string(),
                 format!("FAILED: {}", clip(why.lines().next().unwrap_or_default())),
             ];
-            row.resize(headers.len(), String::new());
-            rows.push(row);
+            row.resize(headers.len() - if both_eras { 2 } else { 0 }, String::new());
+            rows.push(with_era(row, String::new()));
             continue;
         }
+        // Not when the generator set the pace of either row.
+        let vs_session = session_era
+            .get(&(r.target, r.clients, r.payload))
+            .filter(|s| r.stateless && !s.generator_bound(env.generator_threads))
+            .filter(|_| !r.generator_bound(env.generator_threads))
+            .map_or_else(String::new, |s| format!("{:.2}", r.rate() / s.rate()));
         let cpu = r.per_call(r.server_cpu_us);
         let base_cpu = base.and_then(|b| b.per_call(b.server_cpu_us));
         // No ratio when the generator saturated, in this row or in its baseline.
@@ -1652,7 +1703,7 @@ fn report(
         let gen_bound =
             r.generator_bound(threads) || base.is_some_and(|b| b.generator_bound(threads));
         let base = base.filter(|_| !gen_bound);
-        rows.push(vec![
+        let row = vec![
             r.target.name().to_owned(),
             r.clients.to_string(),
             r.payload.to_string(),
@@ -1696,11 +1747,12 @@ fn report(
                 .map_or_else(|| "n/a".into(), |b| format!("{:.0}%", b * 100.0)),
             format!("{:.2}", r.setup.as_secs_f64()),
             r.errors.to_string(),
-        ]);
+        ];
+        rows.push(with_era(row, vs_session));
     }
     let mut out = String::new();
     let about = format!(
-        "{}{}{} s measured after {} s warm-up per row; {} CPUs; load generator on {} thread(s) (\"bench busy\": the share of them it kept busy; at ≥ {:.0} % the row is generator-bound and gets no ratios); CLK_TCK {}; Accept: {}; CPU and RSS are of the server process tree, \"root proc\" of the server process alone (gantry's supervisor and gateway without its backends); ratios are to `direct` at the same N and P",
+        "{}{}{} s measured after {} s warm-up per row; {} CPUs; load generator on {} thread(s) (\"bench busy\": the share of them it kept busy; at ≥ {:.0} % the row is generator-bound and gets no ratios); CLK_TCK {}; Accept: {}; CPU and RSS are of the server process tree, \"root proc\" of the server process alone (gantry's supervisor and gateway without its backends); ratios are to `direct` at the same N and P{}",
         if cli.rounds > 1 {
             format!(
                 "median of {} interleaved rounds (the round with the median calls/s; [range] of calls/s over the rounds); ",
@@ -1725,6 +1777,11 @@ fn report(
         GENERATOR_SATURATED * 100.0,
         env.clk_tck,
         env.accept,
+        if both_eras {
+            " and era; \"÷ session era\": a stateless-era row's calls/s over the same target's session-era row (measured right before it in each round)"
+        } else {
+            ""
+        },
     );
     if cli.markdown {
         let _ = writeln!(out, "\n{about}.\n");
@@ -1752,7 +1809,8 @@ fn report(
             let mut s = String::new();
             for (i, (cell, w)) in cells.iter().zip(&widths).enumerate() {
                 let pad = w.saturating_sub(cell.chars().count());
-                if i < 3 {
+                // Names left, numbers right.
+                if i < if both_eras { 4 } else { 3 } {
                     let _ = write!(s, "{cell}{}  ", " ".repeat(pad));
                 } else {
                     let _ = write!(s, "{}{cell}  ", " ".repeat(pad));
