@@ -312,18 +312,29 @@ fn push_params(out: &mut String, params: &Option<Box<RawValue>>) {
 impl Request {
     /// The JSON text of this request.
     pub fn to_json(&self) -> String {
-        // Room for the envelope and a newline (stdio framing) after it.
-        let params = self.params.as_ref().map_or(0, |p| p.get().len());
-        let mut out =
-            String::with_capacity(48 + self.id.raw().get().len() + self.method.len() + params);
-        out.push_str("{\"jsonrpc\":\"2.0\",\"id\":");
-        out.push_str(self.id.raw().get());
-        out.push_str(",\"method\":");
-        push_json_string(&mut out, &self.method);
-        push_params(&mut out, &self.params);
-        out.push('}');
-        out
+        request_json(
+            &self.id,
+            &self.method,
+            self.params.as_deref().map(RawValue::get),
+        )
     }
+}
+
+/// The JSON text of a request whose params are `params` (JSON text, written as is).
+pub fn request_json(id: &RequestId, method: &str, params: Option<&str>) -> String {
+    // Room for the envelope and a newline (stdio framing) after it.
+    let size = params.map_or(0, str::len);
+    let mut out = String::with_capacity(48 + id.raw().get().len() + method.len() + size);
+    out.push_str("{\"jsonrpc\":\"2.0\",\"id\":");
+    out.push_str(id.raw().get());
+    out.push_str(",\"method\":");
+    push_json_string(&mut out, method);
+    if let Some(p) = params {
+        out.push_str(",\"params\":");
+        out.push_str(p);
+    }
+    out.push('}');
+    out
 }
 
 impl Notification {

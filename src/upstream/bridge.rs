@@ -2,7 +2,7 @@
 //! results shaped for the caller's, and a stateless-era backend's `input_required`
 //! rounds answered through a session-era client's server→client requests.
 
-use super::core::{parse_object, Core};
+use super::core::{parse_object, Core, OutParams};
 use super::error::UpstreamError;
 use super::handshake::own_meta;
 use super::listen::LISTEN_ACK_WAIT;
@@ -80,11 +80,15 @@ pub(super) fn for_session_era(params: Option<Box<RawValue>>) -> Option<Box<RawVa
 /// top level and `_meta` are read, the rest (a tool's arguments) is copied as
 /// written. Params that are not an object count as none. Also returns what names
 /// the request's subject (`Mcp-Name`: a tool's name, a resource's URI), if any.
+///
+/// The text is valid JSON by construction ([`super::core::OutParams::Written`]):
+/// every value is copied from the checked params or the client's checked `_meta`
+/// texts, or written by serde; every key is quoted by `push_json_string`.
 pub(super) fn for_stateless_era(
     method: &str,
     params: Option<&RawValue>,
     client: &crate::call::ClientView,
-) -> (Box<RawValue>, Option<String>) {
+) -> (String, Option<String>) {
     use crate::jsonrpc::members::{Object, ObjectWriter};
     let text = params.map_or("{}", RawValue::get);
     let (top, meta) = Object::parse_with(text, "_meta").unwrap_or_default();
@@ -108,10 +112,7 @@ pub(super) fn for_stateless_era(
     let named = crate::mcp::header::name_field(method)
         .and_then(|f| top.str(f))
         .map(std::borrow::Cow::into_owned);
-    (
-        RawValue::from_string(out).unwrap_or_else(|_| empty_object()),
-        named,
-    )
+    (out, named)
 }
 
 /// The `_meta` object of a request to a stateless-era backend: the client's own
@@ -245,7 +246,7 @@ pub(super) async fn call_stateless(
         headers.push((crate::mcp::header::NAME, v));
     }
     headers.extend(trace_headers);
-    let mut outgoing = Some(base);
+    let mut outgoing = Some(OutParams::Written(base));
     for _ in 0..MAX_INPUT_ROUNDS {
         // A stateless-era client is answered after the first round: its headers go
         // without a copy.
@@ -258,7 +259,7 @@ pub(super) async fn call_stateless(
             .request_with(
                 gen,
                 method,
-                outgoing.take(),
+                outgoing.take().unwrap_or(OutParams::Checked(None)),
                 Some(ctx.sink.clone()),
                 &ctx.cancel,
                 deadline.saturating_duration_since(tokio::time::Instant::now()),
@@ -296,7 +297,7 @@ pub(super) async fn call_stateless(
         // Rare (a backend asking for input): the params are written again and
         // their top level parsed here.
         let (base, _) = for_stateless_era(method, params.as_deref(), &ctx.client);
-        let mut next: Fields = serde_json::from_str(base.get()).unwrap_or_default();
+        let mut next: Fields = serde_json::from_str(&base).unwrap_or_default();
         next.insert(
             "inputResponses".into(),
             to_raw(&serde_json::Value::Object(answers)),
@@ -304,7 +305,7 @@ pub(super) async fn call_stateless(
         if let Some(state) = round.state {
             next.insert("requestState".into(), to_raw(&state));
         }
-        outgoing = Some(to_raw(&next));
+        outgoing = Some(OutParams::Checked(Some(to_raw(&next))));
     }
     Err(UpstreamError::Protocol {
         backend: core.name.clone(),
@@ -319,7 +320,7 @@ async fn param_headers(
     core: &Arc<Core>,
     gen: u64,
     name: &str,
-    params: &RawValue,
+    params: &str,
 ) -> super::core::ExtraHeaders {
     let known = core.tool_headers.lock().clone();
     let declared = match known {
@@ -337,7 +338,7 @@ async fn param_headers(
         return Vec::new();
     };
     // Parsed only for a tool that declares headers.
-    let arguments = crate::jsonrpc::members::member(params.get(), "arguments")
+    let arguments = crate::jsonrpc::members::member(params, "arguments")
         .and_then(|a| serde_json::from_str(a).ok())
         .unwrap_or(serde_json::Value::Null);
     crate::mcp::param::headers_for(mirrored, &arguments)
@@ -427,7 +428,7 @@ mod tests {
             ..Default::default()
         };
         let (out, named) = for_stateless_era("tools/call", raw(&params).as_deref(), &client);
-        let out: crate::mcp::results::Fields = serde_json::from_str(out.get()).unwrap();
+        let out: crate::mcp::results::Fields = serde_json::from_str(&out).unwrap();
         assert_eq!(out.get("arguments").map(|a| a.get()), Some(args));
         assert_eq!(named.as_deref(), Some("echo"));
         let meta: serde_json::Value =
@@ -444,8 +445,127 @@ mod tests {
         );
         // No params at all: just the `_meta` Gantry states.
         let (out, _) = for_stateless_era("ping", None, &crate::call::ClientView::default());
-        let out: crate::mcp::results::Fields = serde_json::from_str(out.get()).unwrap();
+        let out: crate::mcp::results::Fields = serde_json::from_str(&out).unwrap();
         let keys: Vec<&str> = out.keys().map(String::as_str).collect();
         assert_eq!(keys, ["_meta"]);
+    }
+}
+
+#[cfg(test)]
+mod props {
+    //! What Gantry writes for a stateless-era backend without checking it again is
+    //! valid JSON, and says what the client's params and view say, for any params.
+    #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+    use super::for_stateless_era;
+    use crate::mcp::{META_CLIENT_CAPABILITIES, META_LOG_LEVEL, META_PROTOCOL_VERSION};
+    use crate::testkit::config;
+    use proptest::prelude::*;
+    use serde_json::{Map, Value};
+
+    /// Keys with what quoting must get right, and the protocol's own.
+    fn key() -> impl Strategy<Value = String> {
+        prop_oneof![
+            2 => "[a-c\"\\\\\u{1}\u{7f}é]{1,3}",
+            1 => prop::sample::select(vec![
+                META_PROTOCOL_VERSION.to_owned(),
+                META_CLIENT_CAPABILITIES.to_owned(),
+                META_LOG_LEVEL.to_owned(),
+                "io.modelcontextprotocol/clientInfo".to_owned(),
+                "_meta".to_owned(),
+                "name".to_owned(),
+            ]),
+        ]
+    }
+
+    fn value() -> impl Strategy<Value = Value> {
+        crate::testkit::json_tree(crate::testkit::json_scalar(), key().boxed(), (3, 16, 4))
+    }
+
+    /// An object of members (key, value text) written with optional `\u` escapes
+    /// in its keys and spacing.
+    fn written(m: &[(String, String)], escape: bool, ws: &str) -> String {
+        let mut s = format!("{{{ws}");
+        for (i, (k, v)) in m.iter().enumerate() {
+            if i > 0 {
+                s.push_str(&format!("{ws},{ws}"));
+            }
+            let k = if escape {
+                let mut e = String::from("\"");
+                for u in k.encode_utf16() {
+                    e.push_str(&format!("\\u{u:04x}"));
+                }
+                e + "\""
+            } else {
+                serde_json::to_string(k).unwrap()
+            };
+            s.push_str(&format!("{k}{ws}:{ws}{v}"));
+        }
+        s + ws + "}"
+    }
+
+    fn texts(m: Vec<(String, Value)>) -> Vec<(String, String)> {
+        m.into_iter().map(|(k, v)| (k, v.to_string())).collect()
+    }
+
+    proptest! {
+        #![proptest_config(config(256))]
+
+        #[test]
+        fn params_for_a_stateless_era_backend_are_valid_and_complete(
+            top in prop::collection::vec((key(), value()), 0..5),
+            meta in prop::option::of(prop::collection::vec((key(), value()), 0..5)),
+            escape in any::<bool>(),
+            ws in prop::sample::select(vec!["", " ", "\n"]),
+            caps in prop::option::of(value()),
+            level in prop::option::of(prop::sample::select(vec!["debug", "error"])),
+            // Keys once each, as the front reads them from a request.
+            view_meta in prop::collection::btree_map("io\\.modelcontextprotocol/[a-z\"]{1,4}", value(), 0..3),
+        ) {
+            let mut top = texts(top);
+            if let Some(meta) = meta {
+                top.push(("_meta".into(), written(&texts(meta), escape, ws)));
+            }
+            let params = written(&top, escape, ws);
+            let raw = serde_json::value::RawValue::from_string(params.clone()).unwrap();
+            let client = crate::call::ClientView {
+                capabilities: caps.clone().map(std::sync::Arc::new),
+                log_level: level,
+                meta: Some(
+                    view_meta
+                        .iter()
+                        .map(|(k, v)| (k.clone(), v.to_string()))
+                        .collect::<Vec<_>>()
+                        .into(),
+                ),
+                ..Default::default()
+            };
+            let (out, _) = for_stateless_era("tools/call", Some(&raw), &client);
+            let out: Map<String, Value> = serde_json::from_str(&out)
+                .map_err(|e| TestCaseError::fail(format!("{e}: {out}")))?;
+            let sent: Map<String, Value> = serde_json::from_str(&params).unwrap();
+            for (k, v) in &sent {
+                if k != "_meta" {
+                    prop_assert_eq!(out.get(k), Some(v));
+                }
+            }
+            prop_assert_eq!(out.len(), sent.len() + usize::from(!sent.contains_key("_meta")));
+            // A `_meta` that is no object is left as it was.
+            if let Some(m) = sent.get("_meta").filter(|m| !m.is_object()) {
+                prop_assert_eq!(&out["_meta"], m);
+                return Ok(());
+            }
+            let m = out["_meta"].as_object().unwrap();
+            prop_assert_eq!(&m[META_PROTOCOL_VERSION], "2026-07-28");
+            // As parsed from text, as the output is (a float's last digit may differ
+            // from the generated value's after a round trip).
+            let reparsed = |v: &Value| serde_json::from_str::<Value>(&v.to_string()).unwrap();
+            let caps = caps.map_or_else(|| Value::Object(Map::new()), |c| reparsed(&c));
+            prop_assert_eq!(&m[META_CLIENT_CAPABILITIES], &caps);
+            let level = level.map(Value::from);
+            prop_assert_eq!(m.get(META_LOG_LEVEL), level.as_ref());
+            for (k, v) in &view_meta {
+                prop_assert_eq!(m.get(k), Some(&reparsed(v)));
+            }
+        }
     }
 }

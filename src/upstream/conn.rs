@@ -146,7 +146,7 @@ impl Conn {
                 .request_with(
                     gen,
                     method,
-                    for_session_era(params),
+                    for_session_era(params).into(),
                     Some(ctx.sink.clone()),
                     &ctx.cancel,
                     deadline.saturating_duration_since(tokio::time::Instant::now()),

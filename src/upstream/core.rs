@@ -7,7 +7,7 @@
 use super::error::UpstreamError;
 use super::pending::{Pending, PendingTable};
 use crate::call::Sink;
-use crate::jsonrpc::{to_raw, Notification, Request, RequestId, Response};
+use crate::jsonrpc::{to_raw, Notification, RequestId, Response};
 use crate::mcp::Era;
 use parking_lot::Mutex;
 use serde_json::value::RawValue;
@@ -90,6 +90,22 @@ pub(crate) struct Outgoing {
     pub request_id: Option<u64>,
     /// HTTP only: headers that go with this message (`Mcp-Param-*`).
     pub headers: ExtraHeaders,
+}
+
+/// Params on their way to a backend.
+pub(crate) enum OutParams {
+    /// Checked JSON text (a client's, or serialized by serde), or none.
+    Checked(Option<Box<RawValue>>),
+    /// An object Gantry wrote itself around checked text (keys quoted by
+    /// [`crate::jsonrpc::push_json_string`], values copied from checked text): valid
+    /// by construction, so not parsed again to make a [`RawValue`] of it.
+    Written(String),
+}
+
+impl From<Option<Box<RawValue>>> for OutParams {
+    fn from(p: Option<Box<RawValue>>) -> Self {
+        OutParams::Checked(p)
+    }
 }
 
 /// Headers a request carries to an HTTP backend beside the connection's own (the
@@ -305,8 +321,16 @@ impl Core {
         cancel: &CancellationToken,
         timeout: Duration,
     ) -> Result<Response, UpstreamError> {
-        self.request_with(gen, method, params, sink, cancel, timeout, Vec::new())
-            .await
+        self.request_with(
+            gen,
+            method,
+            params.into(),
+            sink,
+            cancel,
+            timeout,
+            Vec::new(),
+        )
+        .await
     }
 
     /// [`Core::request`] with extra HTTP headers.
@@ -315,7 +339,7 @@ impl Core {
         self: &Arc<Self>,
         gen: u64,
         method: &str,
-        params: Option<Box<RawValue>>,
+        params: OutParams,
         sink: Option<Sink>,
         cancel: &CancellationToken,
         timeout: Duration,
@@ -331,7 +355,7 @@ impl Core {
         self: &Arc<Self>,
         gen: u64,
         method: &str,
-        params: Option<Box<RawValue>>,
+        params: OutParams,
         sink: Option<Sink>,
         cancel: &CancellationToken,
         timeout: Duration,
@@ -339,7 +363,22 @@ impl Core {
         listen_version: Option<u64>,
     ) -> Result<Response, UpstreamError> {
         let id = self.next_id();
-        let (params, client_progress) = rewrite_progress_token(params, id);
+        let (params, client_progress) = match params {
+            OutParams::Written(text)
+                if !crate::jsonrpc::meta_mentions(&text, crate::needle!("progressToken")) =>
+            {
+                (OutParams::Written(text), None)
+            }
+            // A progress token to rewrite (rare): the params as checked JSON.
+            OutParams::Written(text) => {
+                let (p, c) = rewrite_progress_token(RawValue::from_string(text).ok(), id);
+                (OutParams::Checked(p), c)
+            }
+            OutParams::Checked(p) => {
+                let (p, c) = rewrite_progress_token(p, id);
+                (OutParams::Checked(p), c)
+            }
+        };
         let (tx, rx) = oneshot::channel();
         self.pending.insert(
             id,
@@ -366,12 +405,11 @@ impl Core {
                 reason: "the backend restarted before the request could be sent".into(),
             });
         }
-        let mut line = Request {
-            id: RequestId::from_u64(id),
-            method: method.to_owned(),
-            params,
-        }
-        .to_json();
+        let text = match &params {
+            OutParams::Checked(p) => p.as_deref().map(RawValue::get),
+            OutParams::Written(t) => Some(t.as_str()),
+        };
+        let mut line = crate::jsonrpc::request_json(&RequestId::from_u64(id), method, text);
         // One deadline for the whole request, its write included (one timer per call).
         let sleep = tokio::time::sleep(timeout);
         tokio::pin!(sleep);

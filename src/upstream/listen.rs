@@ -67,7 +67,7 @@ pub(super) async fn keep_listening(core: Arc<Core>, shutdown: CancellationToken)
         let listen = core.send_request(
             gen,
             "subscriptions/listen",
-            Some(params),
+            Some(params).into(),
             None,
             &cancel,
             LISTEN_RENEW,
