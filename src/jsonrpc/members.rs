@@ -425,6 +425,8 @@ mod props {
         let leaf = prop_oneof![
             crate::testkit::json_scalar(),
             "[\\\\\"{}\\[\\], :a-z]{0,8}".prop_map(Value::String),
+            // Long enough for every stage of the scan (bytes, the vector search).
+            "[\\\\\"{}\\[\\], :a-zé\u{1}]{0,90}".prop_map(Value::String),
         ];
         crate::testkit::json_tree(leaf.boxed(), "[a-c]{1,2}".boxed(), (3, 24, 4))
     }
