@@ -89,6 +89,20 @@ pub(crate) struct Accepts {
 
 impl Accepts {
     pub(super) fn from(headers: &HeaderMap) -> Self {
+        // What the specification has clients send, and nearly all do: one compare
+        // instead of splitting and trimming (1.3k instructions per request).
+        let mut all = headers.get_all(header::ACCEPT).iter();
+        if let (Some(v), None) = (all.next(), all.next()) {
+            if matches!(
+                v.as_bytes(),
+                b"application/json, text/event-stream" | b"text/event-stream, application/json"
+            ) {
+                return Self {
+                    json: true,
+                    sse: true,
+                };
+            }
+        }
         let mut json = false;
         let mut sse = false;
         let mut any = false;
