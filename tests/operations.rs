@@ -455,12 +455,7 @@ async fn a_stateless_http_backend_gets_the_eras_headers() {
 async fn a_client_has_at_most_64_server_requests_waiting_for_its_answers() {
     let dir = Scratch::new("ask-cap");
     let record = dir.file("received.jsonl");
-    let g = Gantry::with_config(&format!(
-        "[[backends]]\nname = \"mb\"\n\
-         stdio = {{ command = \"python3\", args = [{:?}], env = {{ MB_RECORD = {:?} }} }}\n",
-        fixture("misbehaving_server.py").to_str().unwrap(),
-        record.to_str().unwrap()
-    ));
+    let g = Gantry::recorded_misbehaving(&record);
     let mut c = g.client();
     c.initialize_with(json!({"roots": {}})).await;
     // 65 requests at once, none answered by the client: the 65th is refused to the

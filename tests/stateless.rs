@@ -593,12 +593,7 @@ async fn closing_the_response_stream_cancels_the_call_upstream() {
     std::fs::create_dir_all(&dir).unwrap();
     let record = dir.join("received.jsonl");
     let _ = std::fs::remove_file(&record);
-    let g = Gantry::with_config(&format!(
-        "[[backends]]\nname = \"mb\"\n\
-         stdio = {{ command = \"python3\", args = [{:?}], env = {{ MB_RECORD = {:?} }} }}\n",
-        fixture("misbehaving_server.py").to_str().unwrap(),
-        record.to_str().unwrap()
-    ));
+    let g = Gantry::recorded_misbehaving(&record);
     let c = Stateless::new(&g);
     let rb = c.builder("tools/call", Some("hang"));
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
@@ -815,12 +810,7 @@ async fn a_stray_session_id_on_a_stateless_request_is_ignored() {
 async fn a_session_era_backend_gets_the_clients_params_without_the_stateless_eras_own() {
     let dir = common::Scratch::new("session-backend-params");
     let record = dir.file("received.jsonl");
-    let g = Gantry::with_config(&format!(
-        "[[backends]]\nname = \"mb\"\n\
-         stdio = {{ command = \"python3\", args = [{:?}], env = {{ MB_RECORD = {:?} }} }}\n",
-        fixture("misbehaving_server.py").to_str().unwrap(),
-        record.to_str().unwrap()
-    ));
+    let g = Gantry::recorded_misbehaving(&record);
     let c = Stateless::new(&g);
     // The client's own `_meta` keys beside the era's, and arguments written with
     // spacing and number forms a re-serialization would change.

@@ -102,6 +102,17 @@ impl Gantry {
         Self::with_config_env(toml, &[])
     }
 
+    /// Gantry in front of one backend, `mb`: `misbehaving_server.py` over stdio,
+    /// recording every message it receives in `record` (`MB_RECORD`).
+    pub(crate) fn recorded_misbehaving(record: &std::path::Path) -> Self {
+        Self::with_config(&format!(
+            "[[backends]]\nname = \"mb\"\n\
+             stdio = {{ command = \"python3\", args = [{:?}], env = {{ MB_RECORD = {:?} }} }}\n",
+            fixture("misbehaving_server.py").to_str().unwrap(),
+            record.to_str().unwrap()
+        ))
+    }
+
     /// [`Gantry::with_config`] with these variables added to Gantry's environment.
     pub(crate) fn with_config_env(toml: &str, env: &[(&str, &str)]) -> Self {
         let dir = tempdir::TempDir::new();
