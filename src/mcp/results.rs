@@ -134,12 +134,12 @@ pub fn splice_for_stateless(
         return false;
     };
     let hints = CACHEABLE.contains(&method);
-    // How many times the result names each field Gantry writes.
-    let mut named = [0u8; 4];
-    const RESULT_TYPE: usize = 0;
-    const META: usize = 1;
-    const TTL: usize = 2;
-    const SCOPE: usize = 3;
+    // The fields Gantry writes that the result names, a bit each.
+    const RESULT_TYPE: u8 = 1;
+    const META: u8 = 2;
+    const TTL: u8 = 4;
+    const SCOPE: u8 = 8;
+    let mut named = 0u8;
     let needles = [
         crate::needle!("resultType"),
         crate::needle!("_meta"),
@@ -172,16 +172,14 @@ pub fn splice_for_stateless(
                 "cacheScope" => SCOPE,
                 _ => continue,
             };
-            let Some(n) = named.get_mut(field) else {
-                return false;
-            };
-            if *n > 0 {
+            // Named twice: left to the reader, which keeps the last.
+            if named & field != 0 {
                 return false;
             }
-            *n = 1;
+            named |= field;
         }
     }
-    let has = |field: usize| named.get(field).is_some_and(|n| *n > 0);
+    let has = |field: u8| named & field != 0;
     let mut more = !inner[1..].trim().is_empty();
     out.reserve(inner.len() + 160);
     out.push_str(inner);

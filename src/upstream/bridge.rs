@@ -51,18 +51,7 @@ pub(super) fn for_session_era(params: Option<Box<RawValue>>) -> Option<Box<RawVa
         for (k, v) in top.iter() {
             match (k, &meta) {
                 (k, _) if stateless(k) => {}
-                ("_meta", Some(meta)) => {
-                    // The client's own keys only; none: no `_meta` at all.
-                    let mut own = meta.iter().filter(|(k, _)| !protocol(k)).peekable();
-                    if own.peek().is_some() {
-                        o.key(&mut out, k);
-                        let m = ObjectWriter::begin(&mut out);
-                        for (k, v) in own {
-                            m.member(&mut out, k, v);
-                        }
-                        m.end(&mut out);
-                    }
-                }
+                ("_meta", Some(meta)) => crate::mcp::meta::write_own_meta(&o, &mut out, meta),
                 // Not an object: left as it was written.
                 _ => o.member(&mut out, k, v),
             }

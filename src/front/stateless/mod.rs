@@ -271,17 +271,7 @@ pub(super) fn relayed(
     for (k, v) in params.top.iter() {
         match (k, &params.meta, state) {
             ("_meta", Some(meta), _) => {
-                // The client's own keys only; none: no `_meta` at all.
-                let mut own = meta.iter().filter(|(k, _)| !k.starts_with(META_PREFIX));
-                if let Some((k1, v1)) = own.next() {
-                    o.key(&mut out, k);
-                    let m = ObjectWriter::begin(&mut out);
-                    m.member(&mut out, k1, v1);
-                    for (k, v) in own {
-                        m.member(&mut out, k, v);
-                    }
-                    m.end(&mut out);
-                }
+                crate::mcp::meta::write_own_meta(&o, &mut out, meta);
                 modern.extend(
                     meta.iter()
                         .filter(|(k, _)| k.starts_with(META_PREFIX) && !RESTATED_META.contains(k))
