@@ -529,3 +529,56 @@ async fn shared_connection_is_recycled_after_max_lifetime() {
         "y"
     );
 }
+
+/// Answers of every size, around the pipe's and the read buffer's sizes and with
+/// characters JSON escapes, reach their sessions byte for byte while other sessions'
+/// answers share the same backend stdout.
+#[tokio::test]
+async fn answers_of_every_size_come_back_exact_through_one_pipe() {
+    let g = Gantry::with_config(&shared_config(""));
+    let clients = sessions(&g, 3, json!({})).await;
+    let sizes = [
+        0usize,
+        1,
+        4095,
+        8191,
+        8192,
+        8193,
+        32 * 1024,
+        64 * 1024 - 1,
+        64 * 1024 + 1,
+        300_000,
+    ];
+    // Not a repeated byte: an answer cut, doubled or spliced at the wrong place
+    // would not compare equal.
+    let text = |n: usize, who: usize| -> String {
+        let alphabet = ['a', 'b', '"', '\\', '\n', 'é', '{', '}', '0', ' '];
+        let mut s = format!("{who}:");
+        let mut i = 0usize;
+        while s.len() < n {
+            s.push(alphabet[(i * 7 + who) % alphabet.len()]);
+            i += 1;
+        }
+        s
+    };
+    let calls = clients.iter().enumerate().map(|(who, c)| {
+        let text = &text;
+        async move {
+            for (k, &n) in sizes.iter().enumerate() {
+                let want = text(n, who);
+                let r = c
+                    .call_tool(json!(k), "echo", json!({ "message": want }))
+                    .await;
+                let got = r["result"]["content"][0]["text"]
+                    .as_str()
+                    .unwrap_or_default();
+                assert!(
+                    got == want,
+                    "client {who}, {n} bytes: got {} bytes",
+                    got.len()
+                );
+            }
+        }
+    });
+    futures::future::join_all(calls).await;
+}

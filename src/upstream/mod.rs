@@ -22,6 +22,7 @@ mod handshake;
 mod http;
 mod idle;
 mod incoming;
+mod lines;
 mod listen;
 mod lists;
 mod pending;

@@ -10,6 +10,7 @@
 use super::core::{Core, Outgoing, State, StdinSlot};
 use super::error::UpstreamError;
 use super::handshake::handshake;
+use super::lines::{Line, LineReader};
 use super::stats::Exit;
 use super::supervise::Transport;
 use crate::config::{RestartConfig, StdioConfig};
@@ -18,7 +19,7 @@ use nix::unistd::Pid;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncBufRead, AsyncBufReadExt, BufReader};
+use tokio::io::AsyncRead;
 use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -128,12 +129,12 @@ async fn run_once(
     let reader = tokio::spawn(read_stdout(
         core.clone(),
         gen,
-        BufReader::new(stdout),
+        LineReader::new(stdout),
         stdout_closed.clone(),
     ));
     let name = core.name.clone();
     let tail = Arc::new(parking_lot::Mutex::new(std::collections::VecDeque::new()));
-    let stderr_task = tokio::spawn(log_stderr(name, BufReader::new(stderr), tail.clone()));
+    let stderr_task = tokio::spawn(log_stderr(name, LineReader::new(stderr), tail.clone()));
     let init_failed = CancellationToken::new();
     let init = {
         let core = core.clone();
@@ -272,97 +273,6 @@ async fn stop_gracefully(child: &mut Child, guard: &GroupGuard, stdin: Option<Ch
     }
     guard.signal(Signal::SIGKILL);
     crate::process_tree::stop_all(&family, EXIT_GRACE).await;
-}
-
-/// What one bounded line read produced.
-enum Line {
-    Data,
-    /// A line over the limit, discarded; its first and last bytes are kept to tell
-    /// whose answer it was ([`oversize_answer_id`]).
-    TooLong(Oversize),
-    Eof,
-}
-
-/// What is kept of a discarded line.
-#[derive(Default)]
-struct Oversize {
-    bytes: usize,
-    head: Vec<u8>,
-    tail: Vec<u8>,
-}
-
-const OVERSIZE_HEAD: usize = 4096;
-const OVERSIZE_TAIL: usize = 256;
-
-impl Oversize {
-    fn start(line_so_far: &[u8]) -> Self {
-        let mut o = Self {
-            head: line_so_far
-                .get(..OVERSIZE_HEAD.min(line_so_far.len()))
-                .unwrap_or_default()
-                .to_vec(),
-            ..Self::default()
-        };
-        o.more(line_so_far);
-        o
-    }
-
-    fn more(&mut self, part: &[u8]) {
-        self.bytes += part.len();
-        let keep = part.len().min(OVERSIZE_TAIL);
-        self.tail
-            .extend_from_slice(part.get(part.len() - keep..).unwrap_or_default());
-        let over = self.tail.len().saturating_sub(OVERSIZE_TAIL);
-        self.tail.drain(..over);
-    }
-}
-
-/// Reads one `\n`-terminated line into `buf` (without the newline), discarding any
-/// line longer than `max` bytes instead of buffering it.
-async fn read_line_bounded<R: AsyncBufRead + Unpin>(
-    r: &mut R,
-    buf: &mut Vec<u8>,
-    max: usize,
-) -> std::io::Result<Line> {
-    buf.clear();
-    let mut oversize: Option<Oversize> = None;
-    loop {
-        let chunk = r.fill_buf().await?;
-        if chunk.is_empty() {
-            return Ok(match oversize {
-                Some(o) => Line::TooLong(o),
-                None if buf.is_empty() => Line::Eof,
-                None => Line::Data,
-            });
-        }
-        let (part, found) = match memchr::memchr(b'\n', chunk) {
-            Some(i) => (chunk.get(..i).unwrap_or_default(), Some(i + 1)),
-            None => (chunk, None),
-        };
-        match &mut oversize {
-            Some(o) => o.more(part),
-            None if buf.len() + part.len() > max => {
-                let mut o = Oversize::start(buf);
-                o.more(part);
-                if o.head.len() < OVERSIZE_HEAD {
-                    let room = OVERSIZE_HEAD - o.head.len();
-                    o.head
-                        .extend_from_slice(part.get(..room.min(part.len())).unwrap_or_default());
-                }
-                buf.clear();
-                oversize = Some(o);
-            }
-            None => buf.extend_from_slice(part),
-        }
-        let used = found.unwrap_or(chunk.len());
-        r.consume(used);
-        if found.is_some() {
-            return Ok(match oversize {
-                Some(o) => Line::TooLong(o),
-                None => Line::Data,
-            });
-        }
-    }
 }
 
 /// The upstream id of the response a discarded line was, when that can be told
@@ -544,24 +454,17 @@ fn exit_reason(status: &std::io::Result<std::process::ExitStatus>) -> String {
     }
 }
 
-/// A read buffer grown past this by a large message is given back after it.
-const KEEP_READ_BUFFER: usize = 64 * 1024;
-
 /// Reads the child's stdout until it closes; cancels `closed` then.
-async fn read_stdout<R: AsyncBufRead + Unpin>(
+async fn read_stdout<R: AsyncRead + Unpin>(
     core: Arc<Core>,
     gen: u64,
-    mut r: R,
+    mut r: LineReader<R>,
     closed: CancellationToken,
 ) {
     let _closed = closed.drop_guard();
-    let mut buf = Vec::new();
     let mut noise = Noise::new("stdout lines that are not JSON-RPC", 20);
     loop {
-        if buf.capacity() > KEEP_READ_BUFFER {
-            buf = Vec::new();
-        }
-        match read_line_bounded(&mut r, &mut buf, core.max_message_bytes).await {
+        match r.next(core.max_message_bytes).await {
             Ok(Line::Eof) => break,
             Ok(Line::TooLong(o)) => {
                 core.stats.bytes(true, o.bytes);
@@ -587,8 +490,9 @@ async fn read_stdout<R: AsyncBufRead + Unpin>(
                 }
             }
             Ok(Line::Data) => {
-                core.stats.bytes(true, buf.len() + 1);
-                let line = buf.strip_suffix(b"\r").unwrap_or(&buf);
+                let line = r.line();
+                core.stats.bytes(true, line.len() + 1);
+                let line = line.strip_suffix(b"\r").unwrap_or(line);
                 if line.iter().all(u8::is_ascii_whitespace) {
                     continue;
                 }
@@ -620,20 +524,27 @@ async fn read_stdout<R: AsyncBufRead + Unpin>(
 const STDERR_TAIL_LINES: usize = 10;
 const STDERR_TAIL_LINE: usize = 400;
 
-async fn log_stderr<R: AsyncBufRead + Unpin>(
+async fn log_stderr<R: AsyncRead + Unpin>(
     name: String,
-    mut r: R,
+    mut r: LineReader<R>,
     tail: Arc<parking_lot::Mutex<std::collections::VecDeque<String>>>,
 ) {
-    let mut buf = Vec::new();
     let mut noise = Noise::new("stderr lines", 200);
-    while let Ok(Line::Data | Line::TooLong(_)) =
-        read_line_bounded(&mut r, &mut buf, MAX_STDERR_LINE).await
-    {
-        if buf.is_empty() {
+    loop {
+        // A line over the limit shows its beginning.
+        let over;
+        let bytes = match r.next(MAX_STDERR_LINE).await {
+            Ok(Line::Data) => r.line(),
+            Ok(Line::TooLong(o)) => {
+                over = o;
+                &over.head
+            }
+            Ok(Line::Eof) | Err(_) => break,
+        };
+        if bytes.is_empty() {
             continue;
         }
-        let line = String::from_utf8_lossy(&buf);
+        let line = String::from_utf8_lossy(bytes);
         {
             let mut t = tail.lock();
             if t.len() == STDERR_TAIL_LINES {
@@ -656,36 +567,6 @@ async fn log_stderr<R: AsyncBufRead + Unpin>(
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
     use super::*;
-
-    #[tokio::test]
-    async fn bounded_lines() {
-        let data = b"short\nthis line is far too long\nok\nlast-no-newline".to_vec();
-        let mut r = BufReader::with_capacity(4, &data[..]);
-        let mut buf = Vec::new();
-        assert!(matches!(
-            read_line_bounded(&mut r, &mut buf, 10).await.unwrap(),
-            Line::Data
-        ));
-        assert_eq!(buf, b"short");
-        assert!(matches!(
-            read_line_bounded(&mut r, &mut buf, 10).await.unwrap(),
-            Line::TooLong(_)
-        ));
-        assert!(matches!(
-            read_line_bounded(&mut r, &mut buf, 10).await.unwrap(),
-            Line::Data
-        ));
-        assert_eq!(buf, b"ok");
-        assert!(matches!(
-            read_line_bounded(&mut r, &mut buf, 100).await.unwrap(),
-            Line::Data
-        ));
-        assert_eq!(buf, b"last-no-newline");
-        assert!(matches!(
-            read_line_bounded(&mut r, &mut buf, 10).await.unwrap(),
-            Line::Eof
-        ));
-    }
 
     #[test]
     fn an_oversize_answer_is_attributed_only_without_doubt() {
@@ -732,29 +613,5 @@ mod tests {
                 "{head} … {tail}"
             );
         }
-    }
-
-    #[tokio::test]
-    async fn an_oversize_line_keeps_its_head_and_tail() {
-        let mut line = br#"{"jsonrpc":"2.0","id":41,"result":{"t":""#.to_vec();
-        line.extend(std::iter::repeat_n(b'x', 100_000));
-        line.extend_from_slice(br#""},"end":1}"#);
-        line.push(b'\n');
-        line.extend_from_slice(b"next\n");
-        let mut r = BufReader::with_capacity(1000, &line[..]);
-        let mut buf = Vec::new();
-        let Line::TooLong(o) = read_line_bounded(&mut r, &mut buf, 10_000).await.unwrap() else {
-            panic!("not too long");
-        };
-        assert_eq!(o.bytes, line.len() - "next\n".len() - 1);
-        assert_eq!(o.head.len(), OVERSIZE_HEAD);
-        assert!(o.tail.ends_with(br#""},"end":1}"#));
-        assert!(o.tail.len() <= OVERSIZE_TAIL);
-        assert_eq!(oversize_answer_id(&o.head, &o.tail), Some(41));
-        assert!(matches!(
-            read_line_bounded(&mut r, &mut buf, 10_000).await.unwrap(),
-            Line::Data
-        ));
-        assert_eq!(buf, b"next");
     }
 }
