@@ -6,7 +6,6 @@
 //! instead of one per 8 KiB. A line longer than the limit is never buffered whole: its
 //! first and last bytes are kept ([`Oversize`]) and the rest is dropped as it arrives.
 
-use std::ops::Range;
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 /// The least room offered to each read. The pipe's own buffer is 64 KiB on Linux; a
@@ -22,9 +21,9 @@ const OVERSIZE_HEAD: usize = 4096;
 const OVERSIZE_TAIL: usize = 256;
 
 /// What one read produced.
-pub(super) enum Line {
-    /// A line (without its `\n`), in [`LineReader::line`].
-    Data,
+pub(super) enum Line<'a> {
+    /// A line, without its `\n`.
+    Data(&'a [u8]),
     /// A line over the limit, discarded; its first and last bytes are kept to tell
     /// whose answer it was.
     TooLong(Oversize),
@@ -65,8 +64,6 @@ pub(super) struct LineReader<R> {
     start: usize,
     /// Where the search for the next `\n` goes on (the bytes before it have none).
     searched: usize,
-    /// The line [`Line::Data`] last announced.
-    line: Range<usize>,
 }
 
 impl<R: AsyncRead + Unpin> LineReader<R> {
@@ -76,18 +73,13 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
             buf: Vec::new(),
             start: 0,
             searched: 0,
-            line: 0..0,
         }
     }
 
-    /// The line the last [`Line::Data`] was about.
-    pub(super) fn line(&self) -> &[u8] {
-        self.buf.get(self.line.clone()).unwrap_or_default()
-    }
-
     /// The next line; a line over `max` bytes is discarded and reported as
-    /// [`Line::TooLong`]. At most `max` + [`READ_ROOM`] bytes are ever held.
-    pub(super) async fn next(&mut self, max: usize) -> std::io::Result<Line> {
+    /// [`Line::TooLong`]. The buffer never holds more than `max` bytes of a line
+    /// plus one read, and its capacity stays under 2 × (`max` + [`READ_ROOM`]).
+    pub(super) async fn next(&mut self, max: usize) -> std::io::Result<Line<'_>> {
         let mut oversize: Option<Oversize> = None;
         loop {
             let unsearched = self.buf.get(self.searched..).unwrap_or_default();
@@ -96,14 +88,13 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
                 let line = self.start..end;
                 self.start = end + 1;
                 self.searched = self.start;
-                let part = self.buf.get(line.clone()).unwrap_or_default();
+                let part = self.buf.get(line).unwrap_or_default();
                 if oversize.is_some() || part.len() > max {
                     let mut o = oversize.unwrap_or_default();
                     o.feed(part);
                     return Ok(Line::TooLong(o));
                 }
-                self.line = line;
-                return Ok(Line::Data);
+                return Ok(Line::Data(part));
             }
             // No whole line: keep the partial one (unless it is already too long) at
             // the front and read more after it.
@@ -128,17 +119,17 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
     }
 
     /// The pipe closed: a last line without `\n` still counts.
-    fn at_eof(&mut self, oversize: Option<Oversize>) -> Line {
+    fn at_eof(&mut self, oversize: Option<Oversize>) -> Line<'_> {
         if let Some(o) = oversize {
             return Line::TooLong(o);
         }
-        if self.start == self.buf.len() {
-            return Line::Eof;
-        }
-        self.line = self.start..self.buf.len();
+        let last = self.start;
         self.start = self.buf.len();
         self.searched = self.start;
-        Line::Data
+        match self.buf.get(last..) {
+            Some(line) if !line.is_empty() => Line::Data(line),
+            _ => Line::Eof,
+        }
     }
 }
 
@@ -188,7 +179,7 @@ mod tests {
         let mut out = Vec::new();
         for _ in 0..10_000 {
             match r.next(max).await.unwrap() {
-                Line::Data => out.push(Ok(r.line().to_vec())),
+                Line::Data(line) => out.push(Ok(line.to_vec())),
                 Line::TooLong(o) => out.push(Err(o.bytes)),
                 Line::Eof => return out,
             }
@@ -230,8 +221,7 @@ mod tests {
             assert_eq!(o.bytes, whole);
             assert_eq!(o.head, line[..OVERSIZE_HEAD]);
             assert_eq!(o.tail, line[whole - OVERSIZE_TAIL..whole]);
-            assert!(matches!(r.next(10_000).await.unwrap(), Line::Data));
-            assert_eq!(r.line(), b"next");
+            assert!(matches!(r.next(10_000).await.unwrap(), Line::Data(b"next")));
             // The discarded line was never held whole.
             assert!(
                 r.buf.capacity() < 10_000 + 2 * READ_ROOM,

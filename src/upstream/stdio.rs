@@ -489,8 +489,7 @@ async fn read_stdout<R: AsyncRead + Unpin>(
                     _ => {}
                 }
             }
-            Ok(Line::Data) => {
-                let line = r.line();
+            Ok(Line::Data(line)) => {
                 core.stats.bytes(true, line.len() + 1);
                 let line = line.strip_suffix(b"\r").unwrap_or(line);
                 if line.iter().all(u8::is_ascii_whitespace) {
@@ -534,7 +533,7 @@ async fn log_stderr<R: AsyncRead + Unpin>(
         // A line over the limit shows its beginning.
         let over;
         let bytes = match r.next(MAX_STDERR_LINE).await {
-            Ok(Line::Data) => r.line(),
+            Ok(Line::Data(line)) => line,
             Ok(Line::TooLong(o)) => {
                 over = o;
                 &over.head
