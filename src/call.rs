@@ -5,14 +5,14 @@
 //! the front door (an SSE stream of one request, or the session's standalone stream).
 
 use crate::jsonrpc::Notification;
+use crate::jsonrpc::Raw;
 use crate::mcp::Era;
 use futures::future::BoxFuture;
-use serde_json::value::RawValue;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 /// The outcome of a request answered by a client: its `result`, or its `error` object.
-pub type ClientAnswer = Result<Box<RawValue>, Box<RawValue>>;
+pub type ClientAnswer = Result<Raw, Raw>;
 
 /// Where a backend's messages for one client go.
 pub trait Downstream: Send + Sync {
@@ -20,11 +20,7 @@ pub trait Downstream: Send + Sync {
     fn notify(&self, notification: Notification);
     /// Sends a server→client request (sampling, elicitation, roots) to the client and
     /// resolves with its answer, or with an error object if the client cannot be asked.
-    fn ask(
-        &self,
-        method: String,
-        params: Option<Box<RawValue>>,
-    ) -> BoxFuture<'static, ClientAnswer>;
+    fn ask(&self, method: String, params: Option<Raw>) -> BoxFuture<'static, ClientAnswer>;
 }
 
 /// A shared handle on a [`Downstream`].

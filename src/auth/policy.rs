@@ -153,10 +153,7 @@ impl Access {
 }
 
 /// What a request uses: the item and its name, for the methods that use one.
-pub fn item_of(
-    method: &str,
-    params: Option<&serde_json::value::RawValue>,
-) -> Option<(Item, String)> {
+pub fn item_of(method: &str, params: Option<&crate::jsonrpc::Raw>) -> Option<(Item, String)> {
     let (item, field) = match method {
         "tools/call" => (Item::Tool, "name"),
         "prompts/get" => (Item::Prompt, "name"),

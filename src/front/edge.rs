@@ -241,7 +241,7 @@ pub(super) fn step_up<'a>(
         return Ok(());
     };
     for r in requests {
-        let Some((item, name)) = item_of(&r.method, r.params.as_deref()) else {
+        let Some((item, name)) = item_of(&r.method, r.params.as_ref()) else {
             continue;
         };
         if let Decision::StepUp { missing, ask } = access.decide(item, &name) {
@@ -287,9 +287,7 @@ pub(super) async fn rate_limit<'a>(
     let alone = requests.len() == 1;
     for r in &requests {
         let name = match r.method.as_str() {
-            "tools/call" | "prompts/get" => {
-                crate::jsonrpc::string_field(r.params.as_deref(), "name")
-            }
+            "tools/call" | "prompts/get" => crate::jsonrpc::string_field(r.params.as_ref(), "name"),
             _ => None,
         };
         let ask = crate::limits::Ask {
@@ -367,7 +365,7 @@ pub(super) fn adopt_trace_header<'a>(
     }
     for m in messages {
         if let crate::jsonrpc::Message::Request(r) = m {
-            if crate::telemetry::trace::from_meta(r.params.as_deref()).is_none() {
+            if crate::telemetry::trace::from_meta(r.params.as_ref()).is_none() {
                 r.params = crate::telemetry::trace::with_meta(r.params.take(), &w3c);
             }
         }

@@ -128,7 +128,7 @@ fn handle(app: Arc<App>, session: Arc<Session>, m: Message) {
                     ),
                 ))
             } else {
-                match ClientInit::parse(req.params.as_deref()) {
+                match ClientInit::parse(req.params.as_ref()) {
                     Ok(init) => Some(establish(&app, &session, &init, req.id).await),
                     Err(e) => Some(Response::err(Some(req.id), &e)),
                 }

@@ -249,7 +249,7 @@ pub(super) async fn initialize(
     req: Request,
     accepts: Accepts,
 ) -> HttpResponse {
-    let init = match ClientInit::parse(req.params.as_deref()) {
+    let init = match ClientInit::parse(req.params.as_ref()) {
         Ok(i) => i,
         Err(e) => {
             let body = Response::err(Some(req.id), &e).to_json();
@@ -339,7 +339,7 @@ pub(super) fn notification(app: &App, session: &Session, n: Notification) {
         "notifications/cancelled" => {
             let id = n
                 .params
-                .as_deref()
+                .as_ref()
                 .and_then(|p| {
                     serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(p.get()).ok()
                 })
@@ -401,7 +401,7 @@ pub(crate) async fn run_tracked_as(
     let _call = app.call_guard();
     // The tool a call names, read once (limits and metrics).
     let tool = (req.method == "tools/call")
-        .then(|| crate::jsonrpc::string_field(req.params.as_deref(), "name"))
+        .then(|| crate::jsonrpc::string_field(req.params.as_ref(), "name"))
         .flatten();
     let ctx = CallCtx {
         sink,
@@ -413,7 +413,7 @@ pub(crate) async fn run_tracked_as(
             .zip(tool.as_deref())
             .and_then(|(l, t)| l.timeout_for(t)),
         trace: app.tracing.as_ref().map(|t| {
-            let parent = crate::telemetry::trace::from_meta(req.params.as_deref());
+            let parent = crate::telemetry::trace::from_meta(req.params.as_ref());
             t.request(&req.method, tool.as_deref(), parent.as_ref())
         }),
     };

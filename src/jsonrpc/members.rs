@@ -1,5 +1,5 @@
 //! The top-level members of a JSON object, read from text already known to be valid
-//! JSON (a [`RawValue`](serde_json::value::RawValue)'s): each key as written and its
+//! JSON (a [`Raw`](crate::jsonrpc::Raw)'s): each key as written and its
 //! value's text, found by skipping strings with a vectorized search for `"` and `\`
 //! and counting brackets, without decoding or validating anything.
 //!
@@ -211,6 +211,23 @@ impl ObjectWriter {
     pub fn end(self, out: &mut String) {
         out.push('}');
     }
+}
+
+/// The elements of the array `text` (valid JSON text), in order; nothing if it is
+/// not an array.
+pub fn elements(text: &str) -> impl Iterator<Item = &str> + '_ {
+    let b = text.as_bytes();
+    let open = skip_ws(b, 0);
+    let mut at = (b.get(open) == Some(&b'[')).then(|| skip_ws(b, open + 1));
+    std::iter::from_fn(move || {
+        let start = at?;
+        let end = value_end(b, start).filter(|&e| e > start);
+        at = end.and_then(|e| {
+            let sep = skip_ws(b, e);
+            (b.get(sep) == Some(&b',')).then(|| skip_ws(b, sep + 1))
+        });
+        text.get(start..end?)
+    })
 }
 
 /// Iterator of [`members`]: (key as written, value text).

@@ -7,11 +7,13 @@
 //! Invariant: a [`RequestId`] is always valid JSON of type string or integer, and is
 //! written back exactly as it was read (`1` stays `1`, `"1"` stays `"1"`).
 
-use serde::Deserialize;
-use serde_json::value::RawValue;
+use std::borrow::Cow;
 use std::fmt;
 
 pub mod members;
+pub mod raw;
+
+pub use raw::Raw;
 
 /// Standard JSON-RPC and MCP error codes used by Gantry.
 pub mod code {
@@ -59,11 +61,11 @@ pub enum ParseError {
 
 /// A JSON-RPC request id, kept as its exact raw JSON (a string or an integer).
 #[derive(Clone)]
-pub struct RequestId(Box<RawValue>);
+pub struct RequestId(Raw);
 
 impl RequestId {
     /// Validates raw JSON as an MCP request id: a string, or an integer number.
-    pub fn from_raw(raw: Box<RawValue>) -> Result<Self, ParseError> {
+    pub fn from_raw(raw: Raw) -> Result<Self, ParseError> {
         let s = raw.get();
         let first = s.as_bytes().first().copied();
         match first {
@@ -94,7 +96,7 @@ impl RequestId {
     }
 
     /// The exact JSON text of the id.
-    pub fn raw(&self) -> &RawValue {
+    pub fn raw(&self) -> &Raw {
         &self.0
     }
 
@@ -130,7 +132,7 @@ pub struct Request {
     /// The method name.
     pub method: String,
     /// The params, untouched.
-    pub params: Option<Box<RawValue>>,
+    pub params: Option<Raw>,
 }
 
 /// A notification: a method and no id.
@@ -139,7 +141,7 @@ pub struct Notification {
     /// The method name.
     pub method: String,
     /// The params, untouched.
-    pub params: Option<Box<RawValue>>,
+    pub params: Option<Raw>,
 }
 
 /// A response: a result or an error for the request with `id`.
@@ -148,7 +150,7 @@ pub struct Response {
     /// The id of the request answered; `None` when the peer sent `null` or nothing.
     pub id: Option<RequestId>,
     /// `Ok(result)` or `Err(error object)`, both raw.
-    pub outcome: Result<Box<RawValue>, Box<RawValue>>,
+    pub outcome: Result<Raw, Raw>,
 }
 
 /// One JSON-RPC message.
@@ -162,26 +164,19 @@ pub enum Message {
     Response(Response),
 }
 
-#[derive(Deserialize)]
+/// The members of a message's envelope, as text (other members are ignored).
+#[derive(Default)]
 struct Envelope<'a> {
-    #[serde(borrow, default)]
-    jsonrpc: Option<&'a RawValue>,
-    /// Present-but-null stays `Some("null")` (serde would make it `None`): a request
-    /// with a null id must be told from a notification.
-    #[serde(default, deserialize_with = "present")]
-    id: Option<Box<RawValue>>,
-    #[serde(default)]
-    method: Option<String>,
-    #[serde(default)]
-    params: Option<Box<RawValue>>,
-    #[serde(default)]
-    result: Option<Box<RawValue>>,
-    #[serde(default)]
-    error: Option<Box<RawValue>>,
-}
-
-fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Box<RawValue>>, D::Error> {
-    Box::<RawValue>::deserialize(d).map(Some)
+    /// `None` when absent or `null`.
+    jsonrpc: Option<&'a str>,
+    /// Present-but-null stays `Some("null")`: a request with a null id must be told
+    /// from a notification.
+    id: Option<&'a str>,
+    method: Option<Cow<'a, str>>,
+    /// `params`, `result` and `error`: `None` when absent or `null`.
+    params: Option<&'a str>,
+    result: Option<&'a str>,
+    error: Option<&'a str>,
 }
 
 /// What a body holds: one message, or (2025-03-26) a batch.
@@ -196,23 +191,25 @@ pub enum Incoming {
 impl Message {
     /// Parses one JSON-RPC message.
     pub fn parse(bytes: &[u8]) -> Result<Self, ParseError> {
-        // A message is a JSON object: serde would also read the envelope's fields by
-        // position from an array (`["2.0", 1, "ping"]`).
-        let first = bytes.iter().copied().find(|b| !b.is_ascii_whitespace());
-        if first != Some(b'{') {
-            serde_json::from_slice::<serde::de::IgnoredAny>(bytes).map_err(|e| classify(&e))?;
+        Self::parse_checked(checked(bytes)?)
+    }
+
+    /// Parses one message from text known to be one JSON value.
+    fn parse_checked(text: &str) -> Result<Self, ParseError> {
+        // A message is a JSON object (serde would also have read the envelope's
+        // fields by position from an array, `["2.0", 1, "ping"]`).
+        if !text.starts_with('{') {
             return Err(ParseError::Invalid("not a JSON-RPC object"));
         }
-        let env: Envelope<'_> = serde_json::from_slice(bytes).map_err(|e| classify(&e))?;
-        Self::from_envelope(env)
+        Self::from_envelope(Envelope::read(text)?)
     }
 
     fn from_envelope(env: Envelope<'_>) -> Result<Self, ParseError> {
-        match env.jsonrpc.map(RawValue::get) {
+        match env.jsonrpc {
             Some("\"2.0\"") => {}
             _ => return Err(ParseError::Invalid("\"jsonrpc\" must be \"2.0\"")),
         }
-        let null_id = env.id.as_ref().is_some_and(|raw| raw.get() == "null");
+        let null_id = env.id == Some("null");
         if null_id && env.method.is_some() {
             // MCP: a request id must not be null; a notification has no id at all.
             return Err(ParseError::Invalid(
@@ -220,41 +217,40 @@ impl Message {
             ));
         }
         let id = match env.id {
-            Some(raw) if raw.get() == "null" => None,
-            Some(raw) => Some(RequestId::from_raw(raw)?),
-            None => None,
+            Some("null") | None => None,
+            Some(text) => Some(RequestId::from_raw(Raw::trusted(text))?),
         };
-        if let Some(p) = &env.params {
-            let c = p.get().as_bytes().first().copied();
-            if !matches!(c, Some(b'{' | b'[')) {
+        if let Some(p) = env.params {
+            if !matches!(p.as_bytes().first(), Some(b'{' | b'[')) {
                 return Err(ParseError::Invalid(
                     "\"params\" must be an object or an array",
                 ));
             }
         }
+        let params = env.params.map(Raw::trusted);
         match (env.method, env.result, env.error) {
             (Some(method), None, None) => match id {
                 Some(id) => Ok(Message::Request(Request {
                     id,
-                    method,
-                    params: env.params,
+                    method: method.into_owned(),
+                    params,
                 })),
                 None => Ok(Message::Notification(Notification {
-                    method,
-                    params: env.params,
+                    method: method.into_owned(),
+                    params,
                 })),
             },
             (None, Some(result), None) => Ok(Message::Response(Response {
                 id,
-                outcome: Ok(result),
+                outcome: Ok(Raw::trusted(result)),
             })),
             (None, None, Some(error)) => {
-                if !error.get().starts_with('{') {
+                if !error.starts_with('{') {
                     return Err(ParseError::Invalid("\"error\" must be an object"));
                 }
                 Ok(Message::Response(Response {
                     id,
-                    outcome: Err(error),
+                    outcome: Err(Raw::trusted(error)),
                 }))
             }
             _ => Err(ParseError::Invalid(
@@ -273,36 +269,96 @@ impl Message {
     }
 }
 
+impl<'a> Envelope<'a> {
+    /// The envelope of the object `text` (valid JSON), member by member in order, as
+    /// serde_json read it into a struct before: a repeated envelope member, a key
+    /// whose escapes do not decode or a `method` that is not a string is refused at
+    /// the first one met; `null` is an absent `jsonrpc`, `method`, `params`,
+    /// `result` or `error`.
+    fn read(text: &'a str) -> Result<Self, ParseError> {
+        const NOT_AN_OBJECT: ParseError = ParseError::Invalid("not a JSON-RPC object");
+        let mut env = Envelope::default();
+        let mut seen = [false; 6];
+        for (key, value) in members::members(text) {
+            let name = match members::string_value(key) {
+                Some(name) => name,
+                None => return Err(not_json(key.as_bytes())),
+            };
+            let (slot, field) = match name.as_ref() {
+                "jsonrpc" => (0, &mut env.jsonrpc),
+                "id" => (1, &mut env.id),
+                "method" => {
+                    if std::mem::replace(&mut seen[2], true) {
+                        return Err(NOT_AN_OBJECT);
+                    }
+                    env.method = match value {
+                        "null" => None,
+                        v if v.starts_with('"') => match members::string_value(v) {
+                            Some(m) => Some(m),
+                            None => return Err(not_json(v.as_bytes())),
+                        },
+                        _ => return Err(NOT_AN_OBJECT),
+                    };
+                    continue;
+                }
+                "params" => (3, &mut env.params),
+                "result" => (4, &mut env.result),
+                "error" => (5, &mut env.error),
+                _ => continue,
+            };
+            if seen
+                .get_mut(slot)
+                .is_some_and(|s| std::mem::replace(s, true))
+            {
+                return Err(NOT_AN_OBJECT);
+            }
+            *field = (slot == 1 || value != "null").then_some(value);
+        }
+        Ok(env)
+    }
+}
+
 impl Incoming {
     /// Parses a body that may be a single message or a batch.
     pub fn parse(bytes: &[u8]) -> Result<Self, ParseError> {
-        let first = bytes.iter().copied().find(|b| !b.is_ascii_whitespace());
-        if first == Some(b'[') {
-            let items: Vec<Box<RawValue>> =
-                serde_json::from_slice(bytes).map_err(|e| classify(&e))?;
-            if items.is_empty() {
-                return Err(ParseError::Invalid("an empty batch is not a message"));
+        let text = checked(bytes)?;
+        if text.starts_with('[') {
+            let mut out = Vec::new();
+            for item in members::elements(text) {
+                out.push(Message::parse_checked(item)?);
             }
-            let mut out = Vec::with_capacity(items.len());
-            for item in items {
-                out.push(Message::parse(item.get().as_bytes())?);
+            if out.is_empty() {
+                return Err(ParseError::Invalid("an empty batch is not a message"));
             }
             Ok(Incoming::Batch(out))
         } else {
-            Message::parse(bytes).map(Incoming::Single)
+            Message::parse_checked(text).map(Incoming::Single)
         }
     }
 }
 
-fn classify(e: &serde_json::Error) -> ParseError {
-    if e.is_data() {
-        ParseError::Invalid("not a JSON-RPC object")
-    } else {
-        ParseError::Json(e.to_string())
-    }
+/// The JSON value `bytes` hold, checked ([`raw::check`]).
+fn checked(bytes: &[u8]) -> Result<&str, ParseError> {
+    raw::check(bytes).map_err(|_| not_json(bytes))
 }
 
-fn push_params(out: &mut String, params: &Option<Box<RawValue>>) {
+/// The error for text that is not JSON: serde_json's description of where and why
+/// (its wording, which clients have seen from Gantry so far), or the byte where the
+/// UTF-8 breaks, the one thing serde_json lets pass when it skips a value.
+fn not_json(bytes: &[u8]) -> ParseError {
+    let described = match std::str::from_utf8(bytes) {
+        Ok(text) => serde_json::from_str::<String>(text)
+            .err()
+            .filter(|_| text.starts_with('"'))
+            .or_else(|| serde_json::from_str::<serde::de::IgnoredAny>(text).err()),
+        Err(e) => {
+            return ParseError::Json(format!("invalid UTF-8 at byte {}", e.valid_up_to()));
+        }
+    };
+    ParseError::Json(described.map_or_else(|| "invalid JSON".to_owned(), |e| e.to_string()))
+}
+
+fn push_params(out: &mut String, params: &Option<Raw>) {
     if let Some(p) = params {
         out.push_str(",\"params\":");
         out.push_str(p.get());
@@ -312,11 +368,7 @@ fn push_params(out: &mut String, params: &Option<Box<RawValue>>) {
 impl Request {
     /// The JSON text of this request.
     pub fn to_json(&self) -> String {
-        request_json(
-            &self.id,
-            &self.method,
-            self.params.as_deref().map(RawValue::get),
-        )
+        request_json(&self.id, &self.method, self.params.as_ref().map(Raw::get))
     }
 }
 
@@ -339,7 +391,7 @@ pub fn request_json(id: &RequestId, method: &str, params: Option<&str>) -> Strin
 
 impl Notification {
     /// A notification with the given method and params.
-    pub fn new(method: &str, params: Option<Box<RawValue>>) -> Self {
+    pub fn new(method: &str, params: Option<Raw>) -> Self {
         Self {
             method: method.to_owned(),
             params,
@@ -360,7 +412,7 @@ impl Notification {
 
 impl Response {
     /// A success response.
-    pub fn ok(id: RequestId, result: Box<RawValue>) -> Self {
+    pub fn ok(id: RequestId, result: Raw) -> Self {
         Self {
             id: Some(id),
             outcome: Ok(result),
@@ -423,7 +475,7 @@ impl RpcError {
     }
 
     /// The error object as raw JSON.
-    pub fn to_raw(&self) -> Box<RawValue> {
+    pub fn to_raw(&self) -> Raw {
         let mut v = serde_json::json!({ "code": self.code, "message": self.message });
         if let (Some(d), Some(obj)) = (&self.data, v.as_object_mut()) {
             obj.insert("data".into(), d.clone());
@@ -437,25 +489,37 @@ impl RpcError {
     }
 }
 
-/// Serializes any value into a raw JSON box. Serialization of the plain data types
-/// used here cannot fail; if it ever did, `null` is returned rather than panicking.
-pub fn to_raw<T: serde::Serialize + ?Sized>(value: &T) -> Box<RawValue> {
-    serde_json::value::to_raw_value(value).unwrap_or_else(|_| null_raw())
+/// Serializes any value into raw JSON. Serialization of the plain data types used
+/// here cannot fail; if it ever did, `null` is returned rather than panicking.
+pub fn to_raw<T: serde::Serialize + ?Sized>(value: &T) -> Raw {
+    serde_json::to_string(value).map_or_else(|_| null_raw(), Raw::trusted)
+}
+
+/// The object of `members`, each a key and its value's JSON text (written as is):
+/// how an object read member by member into raw values is written back, without
+/// checking again what was checked when it was read.
+pub fn raw_object<'a>(members: impl IntoIterator<Item = (&'a str, &'a Raw)>) -> Raw {
+    let mut out = String::new();
+    let o = members::ObjectWriter::begin(&mut out);
+    for (k, v) in members {
+        o.member(&mut out, k, v.get());
+    }
+    o.end(&mut out);
+    Raw::trusted(out)
 }
 
 /// The raw JSON `null`.
-pub fn null_raw() -> Box<RawValue> {
-    RawValue::from_string("null".to_owned()).unwrap_or_else(|_| empty_object())
+pub fn null_raw() -> Raw {
+    Raw::trusted("null")
 }
 
 /// The raw JSON `{}`.
-pub fn empty_object() -> Box<RawValue> {
-    // `{}` is always valid JSON; the fallback is unreachable but avoids a panic path.
-    RawValue::from_string("{}".to_owned()).unwrap_or_else(|_| number_raw(0))
+pub fn empty_object() -> Raw {
+    Raw::trusted("{}")
 }
 
-fn number_raw(n: u64) -> Box<RawValue> {
-    serde_json::value::to_raw_value(&n).unwrap_or_else(|_| Box::<RawValue>::default())
+fn number_raw(n: u64) -> Raw {
+    Raw::trusted(n.to_string())
 }
 
 /// Quotes a string as JSON.
@@ -533,7 +597,7 @@ pub fn mentions(text: &str, needle: &Needle) -> bool {
 /// Reads one string field of raw params (e.g. `name`, `uri`) without a full parse:
 /// the other fields (a call's arguments) are skipped over, not parsed. A repeated key
 /// counts by its last value, as in the JSON parsers of the backends that act on it.
-pub fn string_field(params: Option<&RawValue>, field: &str) -> Option<String> {
+pub fn string_field(params: Option<&Raw>, field: &str) -> Option<String> {
     let v = members::member(params?.get(), field)?;
     members::string_value(v).map(std::borrow::Cow::into_owned)
 }
@@ -625,7 +689,7 @@ mod tests {
         assert_eq!(string_field(Some(&p), "n"), None);
         assert_eq!(string_field(None, "name"), None);
         // Only the top level; a repeated key counts by its last value; escapes read.
-        let raw = |s: &str| RawValue::from_string(s.to_owned()).unwrap();
+        let raw = |s: &str| Raw::from_string(s.to_owned()).unwrap();
         let p = raw(r#"{"arguments":{"name":"inner"},"name":"a","name":"b"}"#);
         assert_eq!(string_field(Some(&p), "name").as_deref(), Some("b"));
         let p = raw(r#"{"n\u0061me":"x\"y"}"#);
@@ -736,6 +800,166 @@ mod props {
                 Value::Object(m)
             },
         )
+    }
+
+    /// The parser as it was until 2026-12-04 (serde_json reading the envelope into a
+    /// struct, its raw values checked by serde_json): what the own one must agree
+    /// with, error kind and message included.
+    mod before {
+        use super::super::{Message, ParseError};
+        use serde::Deserialize;
+        use serde_json::value::RawValue;
+
+        #[derive(Deserialize)]
+        struct Envelope<'a> {
+            #[serde(borrow, default)]
+            jsonrpc: Option<&'a RawValue>,
+            #[serde(default, deserialize_with = "present")]
+            id: Option<Box<RawValue>>,
+            #[serde(default)]
+            method: Option<String>,
+            #[serde(default)]
+            params: Option<Box<RawValue>>,
+            #[serde(default)]
+            result: Option<Box<RawValue>>,
+            #[serde(default)]
+            error: Option<Box<RawValue>>,
+        }
+
+        fn present<'de, D: serde::Deserializer<'de>>(
+            d: D,
+        ) -> Result<Option<Box<RawValue>>, D::Error> {
+            Box::<RawValue>::deserialize(d).map(Some)
+        }
+
+        fn classify(e: &serde_json::Error) -> ParseError {
+            if e.is_data() {
+                ParseError::Invalid("not a JSON-RPC object")
+            } else {
+                ParseError::Json(e.to_string())
+            }
+        }
+
+        /// The envelope as the own parser sees it, rebuilt as JSON text for it.
+        pub(super) fn parse(bytes: &[u8]) -> Result<Message, ParseError> {
+            let first = bytes.iter().copied().find(|b| !b.is_ascii_whitespace());
+            if first != Some(b'{') {
+                serde_json::from_slice::<serde::de::IgnoredAny>(bytes).map_err(|e| classify(&e))?;
+                return Err(ParseError::Invalid("not a JSON-RPC object"));
+            }
+            let env: Envelope<'_> = serde_json::from_slice(bytes).map_err(|e| classify(&e))?;
+            let mut text = String::from("{");
+            let mut put = |k: &str, v: &str| {
+                if text.len() > 1 {
+                    text.push(',');
+                }
+                text.push_str(&format!("\"{k}\":{v}"));
+            };
+            if let Some(v) = env.jsonrpc {
+                put("jsonrpc", v.get());
+            }
+            if let Some(v) = &env.id {
+                put("id", v.get());
+            }
+            if let Some(m) = &env.method {
+                put("method", &serde_json::to_string(m).unwrap());
+            }
+            for (k, v) in [
+                ("params", &env.params),
+                ("result", &env.result),
+                ("error", &env.error),
+            ] {
+                if let Some(v) = v {
+                    put(k, v.get());
+                }
+            }
+            text.push('}');
+            Message::parse(text.as_bytes())
+        }
+
+        pub(super) fn parse_batch(bytes: &[u8]) -> Result<Vec<Message>, ParseError> {
+            let items: Vec<Box<RawValue>> =
+                serde_json::from_slice(bytes).map_err(|e| classify(&e))?;
+            if items.is_empty() {
+                return Err(ParseError::Invalid("an empty batch is not a message"));
+            }
+            items.iter().map(|i| parse(i.get().as_bytes())).collect()
+        }
+    }
+
+    /// A parse's outcome, comparable: the message's text, or the error (a JSON
+    /// error's wording aside).
+    fn outcome(r: &Result<Message, ParseError>) -> Result<String, String> {
+        match r {
+            Ok(m) => Ok(m.to_json()),
+            Err(ParseError::Json(_)) => Err("not JSON".into()),
+            Err(ParseError::Invalid(why)) => Err((*why).into()),
+        }
+    }
+
+    /// Whether the own parser and the one before agree on `bytes`: the same message
+    /// or the same kind of refusal. Text that is not JSON is refused as such: serde_json
+    /// let bad UTF-8 pass in members it skipped, and called a message that breaks
+    /// off after a member of the wrong type an invalid request, not invalid JSON.
+    fn agrees(bytes: &[u8]) -> Result<(), TestCaseError> {
+        let json = std::str::from_utf8(bytes).is_ok()
+            && serde_json::from_slice::<serde::de::IgnoredAny>(bytes).is_ok();
+        let now = Message::parse(bytes);
+        let then = before::parse(bytes);
+        if json {
+            prop_assert_eq!(
+                outcome(&now),
+                outcome(&then),
+                "{:?}",
+                String::from_utf8_lossy(bytes)
+            );
+        } else {
+            prop_assert!(matches!(now, Err(ParseError::Json(_))));
+        }
+        let first = bytes.iter().copied().find(|b| !b.is_ascii_whitespace());
+        if first == Some(b'[') {
+            let now = Incoming::parse(bytes).map(|i| match i {
+                Incoming::Batch(ms) => ms,
+                Incoming::Single(m) => vec![m],
+            });
+            let then = before::parse_batch(bytes);
+            let texts = |r: &Result<Vec<Message>, ParseError>| match r {
+                Ok(ms) => Ok(ms.iter().map(Message::to_json).collect::<Vec<_>>()),
+                Err(ParseError::Json(_)) => Err("not JSON".to_owned()),
+                Err(ParseError::Invalid(why)) => Err((*why).to_owned()),
+            };
+            if json {
+                prop_assert_eq!(texts(&now), texts(&then));
+            } else {
+                prop_assert!(matches!(now, Err(ParseError::Json(_))));
+            }
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn the_envelopes_edges_parse_as_before() {
+        for text in [
+            r#"{"jsonrpc":"2.0","id":1,"method":"x","\ud800":1}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"\ud800"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"\ud800\udc00\n"}"#,
+            r#"{"jsonrpc":"2.0","\u0069d":1,"m\u0065thod":"x"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"id":2,"method":"x"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"x","method":"x"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"x","x":1,"x":2}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":null,"result":{}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":null}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"x","params":null}"#,
+            r#"{"jsonrpc":null,"id":1,"method":"x"}"#,
+            r#"{"jsonrpc":"2.0","id":null,"method":"x"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":7}"#,
+            r#" [ {"jsonrpc":"2.0","method":"a"} , {"jsonrpc":"2.0","id":"b","result":[]} ] "#,
+            "[]",
+            "[1]",
+            r#"[{"jsonrpc":"2.0","method":"a"},]"#,
+        ] {
+            agrees(text.as_bytes()).unwrap();
+        }
     }
 
     /// Bytes that look like JSON-RPC text: fragments of it glued together.
@@ -896,6 +1120,15 @@ mod props {
                     check_round_trip(None, m)?;
                 }
             }
+        }
+
+        #[test]
+        fn parses_as_serde_json_did(
+            bytes in prop_oneof![any::<Vec<u8>>(), jsonish_bytes(), mutated_message()],
+            v in message_value(),
+        ) {
+            agrees(&bytes)?;
+            agrees(&serde_json::to_vec(&v).unwrap())?;
         }
 
         #[test]

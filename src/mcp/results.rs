@@ -7,7 +7,7 @@
 use super::methods::CACHEABLE;
 use super::META_SERVER_INFO;
 use crate::jsonrpc::members::{Object, ObjectWriter};
-use serde_json::value::RawValue;
+use crate::jsonrpc::Raw;
 use serde_json::{json, Map, Value};
 use std::borrow::Cow;
 
@@ -18,7 +18,7 @@ pub const INPUT_REQUIRED: &str = "input_required";
 
 /// A result object by its top-level fields, each kept as the backend wrote it:
 /// shaping a result touches those fields only (a large `content` is not parsed).
-pub type Fields = indexmap::IndexMap<String, Box<RawValue>>;
+pub type Fields = indexmap::IndexMap<String, Raw>;
 
 /// A result read by its top-level members (and those of its `_meta`) for shaping:
 /// nothing is parsed, the content beside them is copied as the backend wrote it.
@@ -56,7 +56,7 @@ impl<'a> ResultText<'a> {
         out: &mut String,
         method: &str,
         private: bool,
-        server_info: &RawValue,
+        server_info: &Raw,
         state: Option<&str>,
     ) {
         let complete = match self.top.str("resultType") {
@@ -104,7 +104,7 @@ impl<'a> ResultText<'a> {
 }
 
 /// `meta`'s members and `serverInfo`.
-fn write_with_server_info(out: &mut String, meta: &Object<'_>, server_info: &RawValue) {
+fn write_with_server_info(out: &mut String, meta: &Object<'_>, server_info: &Raw) {
     let o = ObjectWriter::begin(out);
     for (k, v) in meta.iter() {
         o.member(out, k, v);
@@ -126,7 +126,7 @@ pub fn splice_for_stateless(
     result: &str,
     method: &str,
     private: bool,
-    server_info: &RawValue,
+    server_info: &Raw,
 ) -> bool {
     use crate::jsonrpc::members::{key_is, members, string_value};
     let text = result.trim();
@@ -230,7 +230,7 @@ pub fn meta_object<T: serde::de::DeserializeOwned + Default>(fields: &Fields) ->
 #[derive(Debug)]
 pub struct InputRound {
     /// (key, method, params) of each input request, in the server's order.
-    pub requests: Vec<(String, String, Option<Box<RawValue>>)>,
+    pub requests: Vec<(String, String, Option<Raw>)>,
     /// The server's `requestState`, to be echoed in the retry.
     pub state: Option<Value>,
 }
@@ -238,7 +238,7 @@ pub struct InputRound {
 impl InputRound {
     /// The input requests of a result, if it is `input_required` (requests without
     /// a method are left out).
-    pub fn of(result: &RawValue) -> Option<Self> {
+    pub fn of(result: &Raw) -> Option<Self> {
         if !crate::jsonrpc::mentions(result.get(), crate::needle!(INPUT_REQUIRED)) {
             return None;
         }
@@ -253,9 +253,7 @@ impl InputRound {
                 m.iter()
                     .filter_map(|(k, v)| {
                         let method = v.get("method")?.as_str()?.to_owned();
-                        let params = v
-                            .get("params")
-                            .and_then(|p| serde_json::value::to_raw_value(p).ok());
+                        let params = v.get("params").map(crate::jsonrpc::to_raw);
                         Some((k.clone(), method, params))
                     })
                     .collect()
@@ -415,20 +413,19 @@ mod tests {
 
     #[test]
     fn input_rounds_are_read() {
-        let raw = serde_json::value::to_raw_value(&json!({
+        let raw = crate::jsonrpc::to_raw(&json!({
             "resultType": "input_required",
             "inputRequests": {"a": {"method": "roots/list"},
                               "b": {"method": "elicitation/create", "params": {"message": "?"}},
                               "c": {"params": {}}},
             "requestState": "s"
-        }))
-        .unwrap();
+        }));
         let round = InputRound::of(&raw).unwrap();
         let keys: Vec<&str> = round.requests.iter().map(|r| r.0.as_str()).collect();
         assert_eq!(keys, ["a", "b"]);
         assert_eq!(round.requests[1].1, "elicitation/create");
         assert_eq!(round.state, Some(json!("s")));
-        let done = serde_json::value::to_raw_value(&json!({"resultType": "complete"})).unwrap();
+        let done = crate::jsonrpc::to_raw(&json!({"resultType": "complete"}));
         assert!(InputRound::of(&done).is_none());
     }
 }

@@ -1,15 +1,15 @@
 //! `[[auth.rules]]` in the router: a request for an item kept from the caller is
 //! answered as for an unknown item, and lists leave such items out.
 
+use crate::jsonrpc::Raw;
 use crate::jsonrpc::{code, to_raw, Request, RpcError};
-use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
 /// The error for a request that uses an item `[[auth.rules]]` keep from the caller:
 /// the one an unknown item gets.
 pub(super) fn hidden(access: &crate::auth::policy::Access, req: &Request) -> Option<RpcError> {
     use crate::auth::policy::{item_of, Decision, Item};
-    let (item, name) = item_of(&req.method, req.params.as_deref())?;
+    let (item, name) = item_of(&req.method, req.params.as_ref())?;
     if access.decide(item, &name) == Decision::Allow {
         return None;
     }
@@ -22,11 +22,7 @@ pub(super) fn hidden(access: &crate::auth::policy::Access, req: &Request) -> Opt
 }
 
 /// A list result without the items the caller may not use as it is.
-pub(super) fn visible_only(
-    access: &crate::auth::policy::Access,
-    method: &str,
-    result: Box<RawValue>,
-) -> Box<RawValue> {
+pub(super) fn visible_only(access: &crate::auth::policy::Access, method: &str, result: Raw) -> Raw {
     use crate::auth::policy::Item;
     let (item, field, key) = match method {
         "tools/list" => (Item::Tool, "tools", "name"),

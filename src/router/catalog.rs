@@ -14,10 +14,10 @@
 use super::{forward, Fail, Router, SessionRoute};
 use crate::call::{CallCtx, Sink};
 use crate::config::{ItemOverride, ItemPolicy, OnUnavailable};
-use crate::jsonrpc::{code, to_raw, Notification, RpcError};
+use crate::jsonrpc::Raw;
+use crate::jsonrpc::{code, raw_object, to_raw, Notification, RpcError};
 use crate::upstream::{Availability, Conn, ListKind};
 use parking_lot::Mutex;
-use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -49,7 +49,7 @@ pub(super) struct View {
     seen: Vec<Seen>,
     /// The items as clients see them, in order: backends as configured, each
     /// backend's items as it listed them.
-    items: Vec<Box<RawValue>>,
+    items: Vec<Raw>,
     /// Tools, prompts: the name clients use → (backend, the backend's own name).
     names: HashMap<String, (usize, String)>,
     /// Resources: URI → backend.
@@ -113,7 +113,7 @@ pub(super) fn expose(prefix: &str, sep: &str, name: &str) -> String {
     format!("{prefix}_{hash}")
 }
 
-fn parse_params(params: Option<&RawValue>) -> indexmap::IndexMap<String, Box<RawValue>> {
+fn parse_params(params: Option<&Raw>) -> indexmap::IndexMap<String, Raw> {
     params
         .and_then(|p| serde_json::from_str(p.get()).ok())
         .unwrap_or_default()
@@ -164,7 +164,7 @@ fn apply_override(item: &mut Value, o: &ItemOverride) {
 
 /// Remembers the URIs a tool result names (`resource_link`, embedded resources), so
 /// that reading one works without listing first.
-fn remember_linked_uris(route: &SessionRoute, idx: usize, result: &RawValue) {
+fn remember_linked_uris(route: &SessionRoute, idx: usize, result: &Raw) {
     #[derive(serde::Deserialize)]
     struct Result<'a> {
         #[serde(borrow, default)]
@@ -264,7 +264,7 @@ impl crate::call::Downstream for QuietLists {
     fn ask(
         &self,
         method: String,
-        params: Option<Box<RawValue>>,
+        params: Option<Raw>,
     ) -> futures::future::BoxFuture<'static, crate::call::ClientAnswer> {
         self.0.ask(method, params)
     }
@@ -381,9 +381,9 @@ impl Router {
         &self,
         route: &SessionRoute,
         method: &str,
-        params: Option<Box<RawValue>>,
+        params: Option<Raw>,
         ctx: &CallCtx,
-    ) -> Result<Box<RawValue>, Fail> {
+    ) -> Result<Raw, Fail> {
         match method {
             "tools/list" => self.list(route, ListKind::Tools, params, ctx).await,
             "prompts/list" => self.list(route, ListKind::Prompts, params, ctx).await,
@@ -395,7 +395,7 @@ impl Router {
                 } else {
                     ListKind::Prompts
                 };
-                let mut p = parse_params(params.as_deref());
+                let mut p = parse_params(params.as_ref());
                 let name: String = p
                     .get("name")
                     .and_then(|v| serde_json::from_str(v.get()).ok())
@@ -416,7 +416,8 @@ impl Router {
                         ))
                     })?;
                 p.insert("name".into(), to_raw(&original));
-                let result = forward(route, idx, method, Some(to_raw(&p)), ctx).await?;
+                let p = raw_object(p.iter().map(|(k, v)| (k.as_str(), v)));
+                let result = forward(route, idx, method, Some(p), ctx).await?;
                 if kind == ListKind::Tools {
                     remember_linked_uris(route, idx, &result);
                 }
@@ -424,7 +425,7 @@ impl Router {
             }
             "resources/read" => {
                 let uri =
-                    crate::jsonrpc::string_field(params.as_deref(), "uri").ok_or_else(|| {
+                    crate::jsonrpc::string_field(params.as_ref(), "uri").ok_or_else(|| {
                         invalid(format!("{method}: params.uri (a string) is required"))
                     })?;
                 let idx = self.resolve_uri(route, &uri, ctx).await?.ok_or_else(|| {
@@ -437,7 +438,7 @@ impl Router {
             }
             "completion/complete" => {
                 let mut p: Value = params
-                    .as_deref()
+                    .as_ref()
                     .and_then(|r| serde_json::from_str(r.get()).ok())
                     .unwrap_or(Value::Null);
                 let kind = p
@@ -586,10 +587,10 @@ impl Router {
         &self,
         route: &SessionRoute,
         kind: ListKind,
-        params: Option<Box<RawValue>>,
+        params: Option<Raw>,
         ctx: &CallCtx,
-    ) -> Result<Box<RawValue>, Fail> {
-        let cursor = crate::jsonrpc::string_field(params.as_deref(), "cursor");
+    ) -> Result<Raw, Fail> {
+        let cursor = crate::jsonrpc::string_field(params.as_ref(), "cursor");
         let view = self.view(route, kind, ctx).await?;
         let len = view.items.len();
         let start = match cursor.as_deref() {
@@ -628,7 +629,7 @@ impl Router {
         if let Some(s) = route.served.lock().get_mut(kind.index()) {
             *s = Some(view.seen.clone());
         }
-        RawValue::from_string(out)
+        Raw::from_string(out)
             .map_err(|e| Fail::Internal(RpcError::new(code::INTERNAL_ERROR, format!("list: {e}"))))
     }
 
@@ -994,8 +995,8 @@ async fn fill(
 /// `MAX_PAGES` pages).
 async fn fetch_pages<F, Fut>(kind: ListKind, mut page: F) -> Result<Vec<Value>, Fail>
 where
-    F: FnMut(Option<Box<RawValue>>) -> Fut,
-    Fut: std::future::Future<Output = Result<Box<RawValue>, Fail>>,
+    F: FnMut(Option<Raw>) -> Fut,
+    Fut: std::future::Future<Output = Result<Raw, Fail>>,
 {
     let mut items = Vec::new();
     let mut cursor: Option<String> = None;

@@ -1,9 +1,9 @@
 //! Who a route is for: what a client said in `initialize` (or what Gantry says for
 //! stateless callers), and the caller's era.
 
+use crate::jsonrpc::Raw;
 use crate::jsonrpc::{code, to_raw, RpcError};
 use crate::mcp::{Era, LATEST_SESSION_VERSION};
-use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
 /// What a client said in `initialize` (or, for stateless-era callers, what Gantry
@@ -20,7 +20,7 @@ pub struct ClientInit {
 
 impl ClientInit {
     /// Reads `initialize` params; missing pieces are a precise `-32602`.
-    pub fn parse(params: Option<&RawValue>) -> Result<Self, RpcError> {
+    pub fn parse(params: Option<&Raw>) -> Result<Self, RpcError> {
         let p: Value = params
             .and_then(|p| serde_json::from_str(p.get()).ok())
             .unwrap_or(Value::Null);
@@ -71,7 +71,7 @@ impl ClientInit {
         crate::mcp::negotiate_session(&self.protocol_version)
     }
 
-    pub(super) fn params(&self) -> Box<RawValue> {
+    pub(super) fn params(&self) -> Raw {
         to_raw(&json!({
             "protocolVersion": self.negotiated(),
             "capabilities": self.capabilities,

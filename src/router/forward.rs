@@ -4,16 +4,16 @@
 use super::route::SessionRoute;
 use crate::call::{CallCtx, Sink};
 use crate::fault::Fault;
+use crate::jsonrpc::Raw;
 use crate::jsonrpc::{code, Notification, RpcError};
 use crate::telemetry::metrics::Outcome;
 use crate::upstream::{Conn, UpstreamError};
-use serde_json::value::RawValue;
 use std::sync::Arc;
 
 /// How a routed request failed.
 pub(crate) enum Fail {
     /// The backend's own error object, relayed untouched.
-    Raw(Box<RawValue>),
+    Raw(Raw),
     /// Gantry's verdict on the request itself (bad params, unknown name): the
     /// client's fault.
     Own(RpcError),
@@ -51,9 +51,9 @@ pub(crate) async fn forward(
     route: &SessionRoute,
     idx: usize,
     method: &str,
-    params: Option<Box<RawValue>>,
+    params: Option<Raw>,
     ctx: &CallCtx,
-) -> Result<Box<RawValue>, Fail> {
+) -> Result<Raw, Fail> {
     let gantrys_own = matches!(method, "resources/subscribe" | "resources/unsubscribe");
     let links = route.links();
     if links.per_call.get(idx) == Some(&true) && !gantrys_own {
@@ -75,9 +75,9 @@ pub(super) async fn forward_per_call(
     route: &SessionRoute,
     idx: usize,
     method: &str,
-    params: Option<Box<RawValue>>,
+    params: Option<Raw>,
     ctx: &CallCtx,
-) -> Result<Box<RawValue>, Fail> {
+) -> Result<Raw, Fail> {
     let Some(slot) = route.links().slots.get(idx).cloned() else {
         return Err(Fail::Internal(RpcError::new(
             code::INTERNAL_ERROR,
@@ -117,7 +117,7 @@ impl crate::call::Downstream for PerCallSink {
     fn ask(
         &self,
         method: String,
-        params: Option<Box<RawValue>>,
+        params: Option<Raw>,
     ) -> futures::future::BoxFuture<'static, crate::call::ClientAnswer> {
         self.call.ask(method, params)
     }
@@ -126,9 +126,9 @@ impl crate::call::Downstream for PerCallSink {
 pub(super) async fn relay(
     conn: &Conn,
     method: &str,
-    params: Option<Box<RawValue>>,
+    params: Option<Raw>,
     ctx: &CallCtx,
-) -> Result<Box<RawValue>, Fail> {
+) -> Result<Raw, Fail> {
     match conn.call(method, params, ctx).await {
         Ok(resp) => resp.outcome.map_err(Fail::Raw),
         Err(UpstreamError::Cancelled) => Err(Fail::Cancelled),

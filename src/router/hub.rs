@@ -10,11 +10,11 @@
 //! session; the backend runs at the most verbose level any session asked for.
 
 use crate::call::{ClientAnswer, Downstream, Sink};
+use crate::jsonrpc::Raw;
 use crate::jsonrpc::{code, Notification, RpcError};
 use crate::upstream::BackendStats;
 use futures::future::BoxFuture;
 use parking_lot::Mutex;
-use serde_json::value::RawValue;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -220,7 +220,7 @@ pub struct Leaving {
 }
 
 fn uri_of(n: &Notification) -> Option<String> {
-    crate::jsonrpc::string_field(n.params.as_deref(), "uri")
+    crate::jsonrpc::string_field(n.params.as_ref(), "uri")
 }
 
 impl Downstream for Hub {
@@ -263,11 +263,7 @@ impl Downstream for Hub {
         }
     }
 
-    fn ask(
-        &self,
-        method: String,
-        _params: Option<Box<RawValue>>,
-    ) -> BoxFuture<'static, ClientAnswer> {
+    fn ask(&self, method: String, _params: Option<Raw>) -> BoxFuture<'static, ClientAnswer> {
         self.drop_unattributed("server-to-client request");
         let err = RpcError::new(
             code::METHOD_NOT_FOUND,
@@ -288,7 +284,7 @@ mod tests {
         fn notify(&self, n: Notification) {
             (self.0).lock().push(n.to_json());
         }
-        fn ask(&self, _: String, _: Option<Box<RawValue>>) -> BoxFuture<'static, ClientAnswer> {
+        fn ask(&self, _: String, _: Option<Raw>) -> BoxFuture<'static, ClientAnswer> {
             Box::pin(async { Err(crate::jsonrpc::empty_object()) })
         }
     }

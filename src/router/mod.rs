@@ -33,12 +33,12 @@ pub use hub::{level_rank, Hub, UpstreamSubs, LOG_LEVELS};
 
 use crate::call::CallCtx;
 use crate::config::Config;
+use crate::jsonrpc::Raw;
 use crate::jsonrpc::{code, empty_object, to_raw, Notification, Request, Response, RpcError};
 use crate::mcp::Era;
 use crate::router::slot::Slot;
 use crate::telemetry::metrics::Outcome;
 use crate::upstream::{BackendStats, Conn, UpstreamError};
-use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -194,9 +194,7 @@ impl Router {
             "logging/setLevel" => Box::pin(self.set_level(route, req.params, &ctx)).await,
             "resources/subscribe" | "resources/unsubscribe" => {
                 Box::pin(async {
-                    let idx = self
-                        .owner_of_uri(route, req.params.as_deref(), &ctx)
-                        .await?;
+                    let idx = self.owner_of_uri(route, req.params.as_ref(), &ctx).await?;
                     self.subscription(route, idx, &req.method, req.params, &ctx)
                         .await
                 })
@@ -231,10 +229,10 @@ impl Router {
     async fn set_level(
         &self,
         route: &SessionRoute,
-        params: Option<Box<RawValue>>,
+        params: Option<Raw>,
         ctx: &CallCtx,
-    ) -> Result<Box<RawValue>, Fail> {
-        let level = crate::jsonrpc::string_field(params.as_deref(), "level").unwrap_or_default();
+    ) -> Result<Raw, Fail> {
+        let level = crate::jsonrpc::string_field(params.as_ref(), "level").unwrap_or_default();
         let Some(rank) = level_rank(&level) else {
             return Err(Fail::Own(RpcError::new(
                 code::INVALID_PARAMS,
@@ -283,7 +281,7 @@ impl Router {
     async fn owner_of_uri(
         &self,
         route: &SessionRoute,
-        params: Option<&RawValue>,
+        params: Option<&Raw>,
         ctx: &CallCtx,
     ) -> Result<usize, Fail> {
         if route.single {
@@ -310,9 +308,9 @@ impl Router {
         route: &SessionRoute,
         idx: usize,
         method: &str,
-        params: Option<Box<RawValue>>,
+        params: Option<Raw>,
         ctx: &CallCtx,
-    ) -> Result<Box<RawValue>, Fail> {
+    ) -> Result<Raw, Fail> {
         let Some(hub) = route
             .links()
             .hubs
@@ -322,7 +320,7 @@ impl Router {
         else {
             return forward(route, idx, method, params, ctx).await;
         };
-        let uri = crate::jsonrpc::string_field(params.as_deref(), "uri").ok_or_else(|| {
+        let uri = crate::jsonrpc::string_field(params.as_ref(), "uri").ok_or_else(|| {
             Fail::Own(RpcError::new(
                 code::INVALID_PARAMS,
                 "params.uri (a string) is required",

@@ -6,13 +6,13 @@ use super::hub::Hub;
 use crate::call::Sink;
 use crate::config::{BackendConfig, SessionMode};
 use crate::jsonrpc::to_raw;
+use crate::jsonrpc::Raw;
 use crate::mcp::{Era, LATEST_SESSION_VERSION};
 use crate::router::gantry_info;
 use crate::router::Router;
 use crate::upstream::{BackendStats, Conn, InitInfo, UpstreamError};
 use parking_lot::Mutex;
 use serde_json::json;
-use serde_json::value::RawValue;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -93,7 +93,7 @@ impl Slot {
     pub(super) fn start(
         &self,
         want: Era,
-        params: Box<RawValue>,
+        params: Raw,
         owner: Option<Sink>,
     ) -> Result<Arc<Conn>, UpstreamError> {
         self.start_as(&self.cfg, want, params, owner)
@@ -104,7 +104,7 @@ impl Slot {
         &self,
         cfg: &BackendConfig,
         want: Era,
-        params: Box<RawValue>,
+        params: Raw,
         owner: Option<Sink>,
     ) -> Result<Arc<Conn>, UpstreamError> {
         if !self.stats.try_reserve(self.cfg.pool.max_connections) {
@@ -164,7 +164,7 @@ impl Slot {
 
     /// Initialize params for a connection shared by several sessions: Gantry's own
     /// identity and only the client capabilities configured for this backend.
-    pub(super) fn shared_init(&self) -> Box<RawValue> {
+    pub(super) fn shared_init(&self) -> Raw {
         to_raw(&json!({
             "protocolVersion": LATEST_SESSION_VERSION,
             "capabilities": self.cfg.client_capabilities,
@@ -173,13 +173,13 @@ impl Slot {
     }
 
     /// Initialize params for a session-era backend serving stateless-era callers.
-    pub(super) fn stateless_init(&self) -> Box<RawValue> {
+    pub(super) fn stateless_init(&self) -> Raw {
         ClientInit::for_stateless_callers().params()
     }
 
     /// Initialize params for a connection started for `caller` outside any one
     /// client session (shared, per-user, warm).
-    pub(super) fn init_for(&self, era: Era) -> Box<RawValue> {
+    pub(super) fn init_for(&self, era: Era) -> Raw {
         match era {
             Era::Session => self.shared_init(),
             Era::Stateless => self.stateless_init(),

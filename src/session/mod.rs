@@ -16,13 +16,13 @@ pub use stream::{sse_body, BodyOptions, EventStream, StreamRead};
 use quota::Quotas;
 
 use crate::call::{ClientAnswer, Downstream, Sink};
+use crate::jsonrpc::Raw;
 use crate::jsonrpc::{code, Notification, Request, RequestId, RpcError};
 use crate::router::SessionRoute;
 use dashmap::DashMap;
 use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use rand::RngCore;
-use serde_json::value::RawValue;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
@@ -332,7 +332,7 @@ impl Downstream for StreamSink {
         if n.method == "notifications/message" {
             if let (Some(session), Some(level)) = (
                 self.session.upgrade(),
-                crate::jsonrpc::string_field(n.params.as_deref(), "level"),
+                crate::jsonrpc::string_field(n.params.as_ref(), "level"),
             ) {
                 if session.route().is_some_and(|r| !r.wants_log(&level)) {
                     return;
@@ -342,11 +342,7 @@ impl Downstream for StreamSink {
         self.stream.push_notification(n.to_json());
     }
 
-    fn ask(
-        &self,
-        method: String,
-        params: Option<Box<RawValue>>,
-    ) -> BoxFuture<'static, ClientAnswer> {
+    fn ask(&self, method: String, params: Option<Raw>) -> BoxFuture<'static, ClientAnswer> {
         let session = self.session.upgrade();
         let stream = self.stream.clone();
         Box::pin(async move {

@@ -7,6 +7,7 @@
 //! reaches the backend unchanged.
 
 use crate::config::TracingConfig;
+use crate::jsonrpc::Raw;
 use opentelemetry::trace::{
     Span as _, SpanContext, SpanId, SpanKind, Status, TraceContextExt as _, TraceFlags, TraceId,
     TraceState, Tracer as _, TracerProvider as _,
@@ -14,7 +15,6 @@ use opentelemetry::trace::{
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_otlp::{WithExportConfig as _, WithHttpConfig as _};
 use opentelemetry_sdk::trace::{Sampler, SdkTracer, SdkTracerProvider};
-use serde_json::value::RawValue;
 use std::sync::Arc;
 
 /// Why tracing could not be set up.
@@ -224,7 +224,7 @@ impl HopSpan {
 }
 
 /// `_meta.traceparent` / `_meta.tracestate` of a request's params.
-pub fn from_meta(params: Option<&RawValue>) -> Option<W3c> {
+pub fn from_meta(params: Option<&Raw>) -> Option<W3c> {
     #[derive(serde::Deserialize)]
     struct Params {
         #[serde(rename = "_meta")]
@@ -250,8 +250,8 @@ pub fn from_meta(params: Option<&RawValue>) -> Option<W3c> {
 
 /// The params with `_meta.traceparent` (and `tracestate`) set to `w3c`; params that
 /// are not an object are returned unchanged.
-pub fn with_meta(params: Option<Box<RawValue>>, w3c: &W3c) -> Option<Box<RawValue>> {
-    let mut obj = match params.as_deref() {
+pub fn with_meta(params: Option<Raw>, w3c: &W3c) -> Option<Raw> {
+    let mut obj = match params.as_ref() {
         None => serde_json::Map::new(),
         Some(raw) => match serde_json::from_str::<serde_json::Value>(raw.get()) {
             Ok(serde_json::Value::Object(o)) => o,

@@ -7,10 +7,10 @@ use super::error::UpstreamError;
 use super::handshake::own_meta;
 use super::listen::LISTEN_ACK_WAIT;
 use crate::call::CallCtx;
-use crate::jsonrpc::{code, empty_object, to_raw, RequestId, Response, RpcError};
+use crate::jsonrpc::Raw;
+use crate::jsonrpc::{code, empty_object, raw_object, to_raw, RequestId, Response, RpcError};
 use crate::mcp::results::{Fields, InputRound};
 use crate::mcp::{Era, META_PREFIX, STATELESS_VERSION};
-use serde_json::value::RawValue;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
@@ -22,7 +22,7 @@ const MAX_INPUT_ROUNDS: usize = 16;
 /// `inputResponses`, `requestState`). Params without them pass through untouched;
 /// others are written again around their own text (only the top level and `_meta`
 /// are read, a tool's arguments are copied as written).
-pub(super) fn for_session_era(params: Option<Box<RawValue>>) -> Option<Box<RawValue>> {
+pub(super) fn for_session_era(params: Option<Raw>) -> Option<Raw> {
     use crate::jsonrpc::members::{Object, ObjectWriter};
     let raw = params?;
     let needles = [
@@ -61,7 +61,7 @@ pub(super) fn for_session_era(params: Option<Box<RawValue>>) -> Option<Box<RawVa
     };
     // Every piece is valid JSON: the check cannot fail, but a failure would leave
     // the params as they came rather than panic.
-    Some(RawValue::from_string(written).unwrap_or(raw))
+    Some(Raw::from_string(written).unwrap_or(raw))
 }
 
 /// Params for a stateless-era backend: `_meta` says which version, and what the
@@ -75,11 +75,11 @@ pub(super) fn for_session_era(params: Option<Box<RawValue>>) -> Option<Box<RawVa
 /// texts, or written by serde; every key is quoted by `push_json_string`.
 pub(super) fn for_stateless_era(
     method: &str,
-    params: Option<&RawValue>,
+    params: Option<&Raw>,
     client: &crate::call::ClientView,
 ) -> (String, Option<String>) {
     use crate::jsonrpc::members::{Object, ObjectWriter};
-    let text = params.map_or("{}", RawValue::get);
+    let text = params.map_or("{}", Raw::get);
     let (top, meta) = Object::parse_with(text, "_meta").unwrap_or_default();
     let mut out = String::with_capacity(text.len() + 256);
     let o = ObjectWriter::begin(&mut out);
@@ -174,7 +174,7 @@ pub(super) async fn call_stateless(
     core: &Arc<Core>,
     gen: u64,
     method: &str,
-    params: Option<Box<RawValue>>,
+    params: Option<Raw>,
     ctx: &CallCtx,
     deadline: tokio::time::Instant,
     trace_headers: super::core::ExtraHeaders,
@@ -185,7 +185,7 @@ pub(super) async fn call_stateless(
         // liveness is the connection's business.
         "ping" | "logging/setLevel" => return done(),
         "resources/subscribe" | "resources/unsubscribe" => {
-            let Some(uri) = crate::jsonrpc::string_field(params.as_deref(), "uri") else {
+            let Some(uri) = crate::jsonrpc::string_field(params.as_ref(), "uri") else {
                 let e = RpcError::new(code::INVALID_PARAMS, "params.uri (a string) is required");
                 return Ok(Response::err(None, &e));
             };
@@ -214,7 +214,7 @@ pub(super) async fn call_stateless(
         }
         _ => {}
     }
-    let (base, named) = for_stateless_era(method, params.as_deref(), &ctx.client);
+    let (base, named) = for_stateless_era(method, params.as_ref(), &ctx.client);
     let mut headers = match &named {
         Some(tool) if method == "tools/call" && !core.direct => {
             param_headers(core, gen, tool, &base).await
@@ -258,7 +258,7 @@ pub(super) async fn call_stateless(
         if ctx.client.era == Era::Stateless {
             return Ok(resp);
         }
-        let Some(round) = resp.outcome.as_ref().ok().and_then(|r| InputRound::of(r)) else {
+        let Some(round) = resp.outcome.as_ref().ok().and_then(InputRound::of) else {
             return Ok(for_session_client(resp));
         };
         let mut answers = serde_json::Map::new();
@@ -285,7 +285,7 @@ pub(super) async fn call_stateless(
         }
         // Rare (a backend asking for input): the params are written again and
         // their top level parsed here.
-        let (base, _) = for_stateless_era(method, params.as_deref(), &ctx.client);
+        let (base, _) = for_stateless_era(method, params.as_ref(), &ctx.client);
         let mut next: Fields = serde_json::from_str(&base).unwrap_or_default();
         next.insert(
             "inputResponses".into(),
@@ -294,7 +294,9 @@ pub(super) async fn call_stateless(
         if let Some(state) = round.state {
             next.insert("requestState".into(), to_raw(&state));
         }
-        outgoing = Some(OutParams::Checked(Some(to_raw(&next))));
+        outgoing = Some(OutParams::Checked(Some(raw_object(
+            next.iter().map(|(k, v)| (k.as_str(), v)),
+        ))));
     }
     Err(UpstreamError::Protocol {
         backend: core.name.clone(),
@@ -362,10 +364,10 @@ async fn list_tool_headers(core: &Arc<Core>, gen: u64) -> (crate::mcp::param::To
 #[cfg(test)]
 mod tests {
     use super::{for_session_era, for_stateless_era};
-    use serde_json::value::RawValue;
+    use crate::jsonrpc::Raw;
 
-    fn raw(s: &str) -> Option<Box<RawValue>> {
-        RawValue::from_string(s.to_owned()).ok()
+    fn raw(s: &str) -> Option<Raw> {
+        Raw::from_string(s.to_owned()).ok()
     }
 
     #[test]
@@ -416,7 +418,7 @@ mod tests {
             meta: Some(meta.into()),
             ..Default::default()
         };
-        let (out, named) = for_stateless_era("tools/call", raw(&params).as_deref(), &client);
+        let (out, named) = for_stateless_era("tools/call", raw(&params).as_ref(), &client);
         let out: crate::mcp::results::Fields = serde_json::from_str(&out).unwrap();
         assert_eq!(out.get("arguments").map(|a| a.get()), Some(args));
         assert_eq!(named.as_deref(), Some("echo"));
@@ -515,7 +517,7 @@ mod props {
                 top.push(("_meta".into(), written(&texts(meta), escape, ws)));
             }
             let params = written(&top, escape, ws);
-            let raw = serde_json::value::RawValue::from_string(params.clone()).unwrap();
+            let raw = crate::jsonrpc::Raw::from_string(params.clone()).unwrap();
             let client = crate::call::ClientView {
                 capabilities: caps.clone().map(std::sync::Arc::new),
                 log_level: level,

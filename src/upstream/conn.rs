@@ -5,11 +5,11 @@ use super::bridge::for_session_era;
 use super::core::{Core, InitInfo, State};
 use super::error::UpstreamError;
 use crate::call::{CallCtx, Sink};
+use crate::jsonrpc::Raw;
 use crate::jsonrpc::{Notification, Response};
 use crate::mcp::Era;
 use crate::telemetry::trace;
 use parking_lot::Mutex;
-use serde_json::value::RawValue;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
@@ -89,7 +89,7 @@ impl Conn {
     pub async fn call(
         &self,
         method: &str,
-        params: Option<Box<RawValue>>,
+        params: Option<Raw>,
         ctx: &CallCtx,
     ) -> Result<Response, UpstreamError> {
         // Time spent queued for an in-flight slot counts against the request timeout.
@@ -121,13 +121,13 @@ impl Conn {
         let (mut hop, w3c, params) = match &ctx.trace {
             Some(span) => {
                 let target = (method == "tools/call")
-                    .then(|| crate::jsonrpc::string_field(params.as_deref(), "name"))
+                    .then(|| crate::jsonrpc::string_field(params.as_ref(), "name"))
                     .flatten();
                 let (hop, w3c) = span.hop(&self.core.name, method, target.as_deref());
                 let params = trace::with_meta(params, &w3c);
                 (Some(Box::new(hop)), Some(w3c), params)
             }
-            None => (None, trace::from_meta(params.as_deref()), params),
+            None => (None, trace::from_meta(params.as_ref()), params),
         };
         let trace_headers = w3c.map(|w| w.headers()).unwrap_or_default();
         let r = if info.is_stateless() {

@@ -7,10 +7,10 @@
 use super::error::UpstreamError;
 use super::pending::{Pending, PendingTable};
 use crate::call::Sink;
+use crate::jsonrpc::Raw;
 use crate::jsonrpc::{to_raw, Notification, RequestId, Response};
 use crate::mcp::Era;
 use parking_lot::Mutex;
-use serde_json::value::RawValue;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -95,15 +95,15 @@ pub(crate) struct Outgoing {
 /// Params on their way to a backend.
 pub(crate) enum OutParams {
     /// Checked JSON text (a client's, or serialized by serde), or none.
-    Checked(Option<Box<RawValue>>),
+    Checked(Option<Raw>),
     /// An object Gantry wrote itself around checked text (keys quoted by
     /// [`crate::jsonrpc::push_json_string`], values copied from checked text): valid
-    /// by construction, so not parsed again to make a [`RawValue`] of it.
+    /// by construction, so not parsed again to make a [`Raw`](crate::jsonrpc::Raw) of it.
     Written(String),
 }
 
-impl From<Option<Box<RawValue>>> for OutParams {
-    fn from(p: Option<Box<RawValue>>) -> Self {
+impl From<Option<Raw>> for OutParams {
+    fn from(p: Option<Raw>) -> Self {
         OutParams::Checked(p)
     }
 }
@@ -131,7 +131,7 @@ pub(crate) struct Core {
     pub(super) waiting: std::sync::atomic::AtomicUsize,
     pub started: tokio::time::Instant,
     /// The params of the `initialize` Gantry sends on every (re)start.
-    pub init_params: Box<RawValue>,
+    pub init_params: Raw,
     /// Which era the backend speaks, as configured (`auto`: find out).
     pub era: crate::config::Era,
     /// The era of the callers this connection is for: spoken when the backend
@@ -316,7 +316,7 @@ impl Core {
         self: &Arc<Self>,
         gen: u64,
         method: &str,
-        params: Option<Box<RawValue>>,
+        params: Option<Raw>,
         sink: Option<Sink>,
         cancel: &CancellationToken,
         timeout: Duration,
@@ -371,7 +371,7 @@ impl Core {
             }
             // A progress token to rewrite (rare): the params as checked JSON.
             OutParams::Written(text) => {
-                let (p, c) = rewrite_progress_token(RawValue::from_string(text).ok(), id);
+                let (p, c) = rewrite_progress_token(Raw::from_string(text).ok(), id);
                 (OutParams::Checked(p), c)
             }
             OutParams::Checked(p) => {
@@ -406,7 +406,7 @@ impl Core {
             });
         }
         let text = match &params {
-            OutParams::Checked(p) => p.as_deref().map(RawValue::get),
+            OutParams::Checked(p) => p.as_ref().map(Raw::get),
             OutParams::Written(t) => Some(t.as_str()),
         };
         let mut line = crate::jsonrpc::request_json(&RequestId::from_u64(id), method, text);
@@ -642,7 +642,7 @@ impl Drop for PendingGuard {
 }
 
 pub(super) fn parse_object(
-    raw: Option<&RawValue>,
+    raw: Option<&Raw>,
 ) -> Option<serde_json::Map<String, serde_json::Value>> {
     serde_json::from_str(raw?.get()).ok()
 }
@@ -650,17 +650,16 @@ pub(super) fn parse_object(
 /// If `params._meta.progressToken` is set, replaces it with `gateway_token` and
 /// returns the client's token. Params without a token are passed through untouched.
 pub(super) fn rewrite_progress_token(
-    params: Option<Box<RawValue>>,
+    params: Option<Raw>,
     gateway_token: u64,
-) -> (Option<Box<RawValue>>, Option<serde_json::Value>) {
+) -> (Option<Raw>, Option<serde_json::Value>) {
     let Some(raw) = params else {
         return (None, None);
     };
     if !crate::jsonrpc::meta_mentions(raw.get(), crate::needle!("progressToken")) {
         return (Some(raw), None);
     }
-    let Ok(mut top) = serde_json::from_str::<indexmap::IndexMap<String, Box<RawValue>>>(raw.get())
-    else {
+    let Ok(mut top) = serde_json::from_str::<indexmap::IndexMap<String, Raw>>(raw.get()) else {
         return (Some(raw), None);
     };
     let Some(mut meta) = top.get("_meta").and_then(|m| {
@@ -672,7 +671,8 @@ pub(super) fn rewrite_progress_token(
         return (Some(raw), None);
     };
     top.insert("_meta".into(), to_raw(&meta));
-    (Some(to_raw(&top)), Some(client))
+    let top = crate::jsonrpc::raw_object(top.iter().map(|(k, v)| (k.as_str(), v)));
+    (Some(top), Some(client))
 }
 
 #[cfg(test)]

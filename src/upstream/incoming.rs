@@ -51,7 +51,7 @@ impl Core {
     pub(super) fn incoming_notification(&self, n: Notification, related: Option<u64>) {
         match n.method.as_str() {
             "notifications/progress" => {
-                let Some(mut params) = parse_object(n.params.as_deref()) else {
+                let Some(mut params) = parse_object(n.params.as_ref()) else {
                     return self.drop_unattributed("malformed progress");
                 };
                 let token = params
@@ -68,7 +68,7 @@ impl Core {
             }
             "notifications/cancelled" => {
                 // The backend withdraws one of its own requests to the client.
-                let key = parse_object(n.params.as_deref())
+                let key = parse_object(n.params.as_ref())
                     .and_then(|p| p.get("requestId").map(|v| v.to_string()));
                 if let Some(h) = key.and_then(|k| self.asks.lock().remove(&k)) {
                     h.abort();
@@ -78,7 +78,7 @@ impl Core {
             "notifications/subscriptions/acknowledged" => {
                 // Which listen it acknowledges: its subscriptionId is the listen
                 // request's id (an old, cancelled listen's counts for nothing).
-                let listen = parse_object(n.params.as_deref())
+                let listen = parse_object(n.params.as_ref())
                     .and_then(|p| {
                         p.get("_meta")?
                             .get(crate::mcp::META_SUBSCRIPTION_ID)?

@@ -40,7 +40,7 @@ use self::core::{Core, State, OUTGOING_QUEUE};
 use self::listen::keep_listening;
 use crate::call::Sink;
 use crate::config::BackendConfig;
-use serde_json::value::RawValue;
+use crate::jsonrpc::Raw;
 use std::collections::HashMap;
 
 pub use self::core::InitInfo;
@@ -63,7 +63,7 @@ impl Conn {
     pub fn start(
         cfg: &BackendConfig,
         want: Era,
-        init_params: Box<RawValue>,
+        init_params: Raw,
         owner: Option<Sink>,
         stats: Arc<BackendStats>,
     ) -> Arc<Self> {

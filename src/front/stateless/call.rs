@@ -16,6 +16,7 @@ use crate::front::stateless::json_body;
 use crate::front::stateless::server_info;
 use crate::front::stateless::validate::Declared;
 use crate::front::stateless::{relayed, server_info_raw, Params};
+use crate::jsonrpc::Raw;
 use crate::jsonrpc::{code, to_raw, Notification, Request, RequestId, Response, RpcError};
 use crate::mcp::META_SERVER_INFO;
 use crate::router::level_rank;
@@ -25,7 +26,6 @@ use axum::response::Response as HttpResponse;
 use futures::future::BoxFuture;
 use futures::StreamExt as _;
 use indexmap::IndexMap;
-use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
 use std::time::Duration;
@@ -54,7 +54,7 @@ impl Downstream for CallSink {
         let wanted = match n.method.as_str() {
             "notifications/progress" => true,
             "notifications/message" => self.log_rank.is_some_and(|min| {
-                crate::jsonrpc::string_field(n.params.as_deref(), "level")
+                crate::jsonrpc::string_field(n.params.as_ref(), "level")
                     .and_then(|l| level_rank(&l))
                     .is_some_and(|r| r >= min)
             }),
@@ -65,11 +65,7 @@ impl Downstream for CallSink {
         }
     }
 
-    fn ask(
-        &self,
-        method: String,
-        params: Option<Box<RawValue>>,
-    ) -> BoxFuture<'static, ClientAnswer> {
+    fn ask(&self, method: String, params: Option<Raw>) -> BoxFuture<'static, ClientAnswer> {
         let tx = self.tx.clone();
         let cancel = self.cancel.clone();
         let missing = crate::session::required_capability(&method)

@@ -46,7 +46,7 @@ pub(super) const MAX_LISTENS_PER_PRINCIPAL: usize = 32;
 pub(super) fn tagged(n: &Notification, subscription: &Value) -> String {
     let mut params: Map<String, Value> = n
         .params
-        .as_deref()
+        .as_ref()
         .and_then(|p| serde_json::from_str(p.get()).ok())
         .unwrap_or_default();
     let meta = params.entry("_meta").or_insert_with(|| json!({}));
@@ -60,7 +60,7 @@ impl Listeners {
     pub(super) fn deliver(&self, n: &Notification) {
         let mut list = self.list.lock();
         list.retain(|l| !l.tx.is_closed());
-        let uri = crate::jsonrpc::string_field(n.params.as_deref(), "uri");
+        let uri = crate::jsonrpc::string_field(n.params.as_ref(), "uri");
         for l in list
             .iter()
             .filter(|l| l.filter.wants(&n.method, uri.as_deref()))

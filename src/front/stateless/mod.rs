@@ -39,11 +39,11 @@ use super::http::Accepts;
 use super::{App, FrontError};
 use crate::auth::Principal;
 use crate::jsonrpc::members::{Object, ObjectWriter};
+use crate::jsonrpc::Raw;
 use crate::jsonrpc::{code, to_raw, Message, Request, RequestId, Response, RpcError};
 use crate::mcp::Era;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response as HttpResponse};
-use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -68,8 +68,8 @@ pub(crate) fn is_stateless(headers: &HeaderMap, m: &Message) -> bool {
         return true;
     }
     let (method, params) = match m {
-        Message::Request(r) => (r.method.as_str(), r.params.as_deref()),
-        Message::Notification(n) => (n.method.as_str(), n.params.as_deref()),
+        Message::Request(r) => (r.method.as_str(), r.params.as_ref()),
+        Message::Notification(n) => (n.method.as_str(), n.params.as_ref()),
         Message::Response(_) => return false,
     };
     if matches!(method, "server/discover" | "subscriptions/listen") {
@@ -93,7 +93,7 @@ pub(super) struct Params<'a> {
 
 impl<'a> Params<'a> {
     /// `None` when the params are not an object.
-    pub(super) fn read(raw: Option<&'a RawValue>) -> Option<Self> {
+    pub(super) fn read(raw: Option<&'a Raw>) -> Option<Self> {
         let (top, meta) = match raw {
             Some(raw) => Object::parse_with(raw.get(), "_meta")?,
             None => (Object::default(), None),
@@ -161,7 +161,7 @@ pub(crate) async fn post(
         Message::Request(r) => r,
     };
     let Request { id, method, params } = req;
-    let Some(params) = Params::read(params.as_deref()) else {
+    let Some(params) = Params::read(params.as_ref()) else {
         return answer(
             StatusCode::BAD_REQUEST,
             Some(id),
@@ -234,8 +234,8 @@ pub(super) fn server_info() -> Value {
 }
 
 /// [`server_info`] serialized, once.
-pub(super) fn server_info_raw() -> &'static RawValue {
-    static RAW: std::sync::OnceLock<Box<RawValue>> = std::sync::OnceLock::new();
+pub(super) fn server_info_raw() -> &'static Raw {
+    static RAW: std::sync::OnceLock<Raw> = std::sync::OnceLock::new();
     RAW.get_or_init(|| to_raw(&server_info()))
 }
 
@@ -257,7 +257,7 @@ const RESTATED_META: [&str; 3] = [
 pub(super) fn relayed(
     params: &Params<'_>,
     state: Option<&str>,
-) -> (Option<Box<RawValue>>, Option<crate::call::MetaText>) {
+) -> (Option<Raw>, Option<crate::call::MetaText>) {
     let mut out = String::with_capacity(
         params
             .top
@@ -289,7 +289,7 @@ pub(super) fn relayed(
     o.end(&mut out);
     // Every piece is valid JSON: the check cannot fail, but a failure would be a
     // request without params rather than a panic.
-    let raw = RawValue::from_string(out).ok();
+    let raw = Raw::from_string(out).ok();
     (raw, (!modern.is_empty()).then(|| modern.into()))
 }
 

@@ -18,13 +18,13 @@
 //! backend call (`notifications/cancelled` upstream).
 
 use crate::call::ClientAnswer;
+use crate::jsonrpc::Raw;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
 use dashmap::DashMap;
 use hmac::{Hmac, KeyInit, Mac};
 use indexmap::IndexMap;
 use rand::RngCore;
-use serde_json::value::RawValue;
 use sha2::Sha256;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -38,7 +38,7 @@ pub(crate) struct Ask {
     /// `sampling/createMessage`, `elicitation/create` or `roots/list`.
     pub method: String,
     /// Its params, untouched.
-    pub params: Option<Box<RawValue>>,
+    pub params: Option<Raw>,
     /// Where the answer goes.
     pub reply: oneshot::Sender<ClientAnswer>,
 }

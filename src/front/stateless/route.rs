@@ -5,6 +5,7 @@ use super::super::{App, FrontError};
 use crate::call::{ClientAnswer, Downstream, Sink};
 use crate::front::stateless::json_body;
 use crate::front::stateless::listen::Listeners;
+use crate::jsonrpc::Raw;
 use crate::jsonrpc::{code, to_raw, Notification, Request, RequestId, Response, RpcError};
 use crate::mcp::param::ToolHeaders;
 use crate::mcp::{Era, LATEST_SESSION_VERSION};
@@ -13,7 +14,6 @@ use crate::session::Session;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response as HttpResponse};
 use futures::future::BoxFuture;
-use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use tokio::sync::OnceCell;
@@ -118,7 +118,7 @@ impl Downstream for InternalOwner {
         self.listeners.deliver(&n);
     }
 
-    fn ask(&self, method: String, _: Option<Box<RawValue>>) -> BoxFuture<'static, ClientAnswer> {
+    fn ask(&self, method: String, _: Option<Raw>) -> BoxFuture<'static, ClientAnswer> {
         Box::pin(async move {
             Err(RpcError::new(
                 code::METHOD_NOT_FOUND,
