@@ -191,17 +191,24 @@ pub enum Incoming {
 impl Message {
     /// Parses one JSON-RPC message.
     pub fn parse(bytes: &[u8]) -> Result<Self, ParseError> {
-        Self::parse_checked(checked(bytes)?)
+        // The envelope's members are found by the check, in the same pass.
+        let mut members = Vec::with_capacity(8);
+        let text = raw::check_with_members(bytes, &mut members).map_err(|_| not_json(bytes))?;
+        Self::from_members(text, members)
     }
 
-    /// Parses one message from text known to be one JSON value.
-    fn parse_checked(text: &str) -> Result<Self, ParseError> {
+    /// Parses one message from text known to be one JSON value, and its members if
+    /// it is an object.
+    fn from_members<'a>(
+        text: &'a str,
+        members: impl IntoIterator<Item = raw::Member<'a>>,
+    ) -> Result<Self, ParseError> {
         // A message is a JSON object (serde would also have read the envelope's
         // fields by position from an array, `["2.0", 1, "ping"]`).
         if !text.starts_with('{') {
             return Err(ParseError::Invalid("not a JSON-RPC object"));
         }
-        Self::from_envelope(Envelope::read(text)?)
+        Self::from_envelope(Envelope::read(members)?)
     }
 
     fn from_envelope(env: Envelope<'_>) -> Result<Self, ParseError> {
@@ -270,16 +277,16 @@ impl Message {
 }
 
 impl<'a> Envelope<'a> {
-    /// The envelope of the object `text` (valid JSON), member by member in order, as
+    /// The envelope of an object (valid JSON) from its members in order, as
     /// serde_json read it into a struct before: a repeated envelope member, a key
     /// whose escapes do not decode or a `method` that is not a string is refused at
     /// the first one met; `null` is an absent `jsonrpc`, `method`, `params`,
     /// `result` or `error`.
-    fn read(text: &'a str) -> Result<Self, ParseError> {
+    fn read(members: impl IntoIterator<Item = raw::Member<'a>>) -> Result<Self, ParseError> {
         const NOT_AN_OBJECT: ParseError = ParseError::Invalid("not a JSON-RPC object");
         let mut env = Envelope::default();
         let mut seen = [false; 6];
-        for (key, value) in members::members(text) {
+        for (key, value) in members {
             let name = match members::string_value(key) {
                 Some(name) => name,
                 None => return Err(not_json(key.as_bytes())),
@@ -321,25 +328,21 @@ impl<'a> Envelope<'a> {
 impl Incoming {
     /// Parses a body that may be a single message or a batch.
     pub fn parse(bytes: &[u8]) -> Result<Self, ParseError> {
-        let text = checked(bytes)?;
+        let mut top = Vec::new();
+        let text = raw::check_with_members(bytes, &mut top).map_err(|_| not_json(bytes))?;
         if text.starts_with('[') {
             let mut out = Vec::new();
             for item in members::elements(text) {
-                out.push(Message::parse_checked(item)?);
+                out.push(Message::from_members(item, members::members(item))?);
             }
             if out.is_empty() {
                 return Err(ParseError::Invalid("an empty batch is not a message"));
             }
             Ok(Incoming::Batch(out))
         } else {
-            Message::parse_checked(text).map(Incoming::Single)
+            Message::from_members(text, top).map(Incoming::Single)
         }
     }
-}
-
-/// The JSON value `bytes` hold, checked ([`raw::check`]).
-fn checked(bytes: &[u8]) -> Result<&str, ParseError> {
-    raw::check(bytes).map_err(|_| not_json(bytes))
 }
 
 /// The error for text that is not JSON: serde_json's description of where and why

@@ -88,20 +88,38 @@ impl<'de> serde::Deserialize<'de> for Raw {
 /// Checks that `b` is one JSON value, optionally surrounded by whitespace, in
 /// valid UTF-8; returns the value's text.
 pub fn check(b: &[u8]) -> Result<&str, NotJson> {
+    check_with_members(b, &mut Vec::new())
+}
+
+/// A member of an object: its key as written (quotes and escapes included) and its
+/// value's text.
+pub type Member<'a> = (&'a str, &'a str);
+
+/// [`check`], and when the value is an object, its members in order (each repeat
+/// of a key included) into `members`, found in the same pass.
+pub fn check_with_members<'a>(
+    b: &'a [u8],
+    members: &mut Vec<Member<'a>>,
+) -> Result<&'a str, NotJson> {
     let text = std::str::from_utf8(b).map_err(|e| NotJson {
         at: e.valid_up_to(),
     })?;
-    let span = structure(b).map_err(|at| NotJson { at })?;
-    // The value starts and ends at ASCII bytes, char boundaries.
+    let span = structure(text, members).map_err(|at| NotJson { at })?;
     text.get(span).ok_or(NotJson { at: 0 })
 }
 
-/// The JSON grammar over `b` (UTF-8 not checked), iteratively: nesting costs a
-/// byte of stack per level, bounded by the text's length.
-fn structure(b: &[u8]) -> Result<std::ops::Range<usize>, usize> {
-    // Open containers, innermost last: `[` or `{`.
-    let mut open: Vec<u8> = Vec::new();
+type Span = std::ops::Range<usize>;
+
+/// The JSON grammar over `text`, iteratively: nesting costs a bit of stack per
+/// level, bounded by the text's length. A top-level object's members go into
+/// `members`.
+fn structure<'a>(text: &'a str, members: &mut Vec<Member<'a>>) -> Result<Span, usize> {
+    let b = text.as_bytes();
+    let mut open = Open::default();
     let start = skip_ws(b, 0);
+    let top_object = b.get(start) == Some(&b'{');
+    // The key and value start of the top-level member being read.
+    let mut member = (0..0, 0);
     let mut i = start;
     loop {
         // A value starts at `i`.
@@ -112,8 +130,12 @@ fn structure(b: &[u8]) -> Result<std::ops::Range<usize>, usize> {
                 if b.get(i) == Some(&b'}') {
                     i += 1;
                 } else {
-                    open.push(b'{');
-                    i = key(b, i)?;
+                    open.push(true);
+                    let (key, value) = key(b, i)?;
+                    if open.len() == 1 {
+                        member = (key, value);
+                    }
+                    i = value;
                     continue;
                 }
             }
@@ -122,7 +144,7 @@ fn structure(b: &[u8]) -> Result<std::ops::Range<usize>, usize> {
                 if b.get(i) == Some(&b']') {
                     i += 1;
                 } else {
-                    open.push(b'[');
+                    open.push(false);
                     continue;
                 }
             }
@@ -134,7 +156,7 @@ fn structure(b: &[u8]) -> Result<std::ops::Range<usize>, usize> {
         }
         // A value ended at `i`: close what it completes, up to the next value.
         loop {
-            let Some(&inner) = open.last() else {
+            let Some(object) = open.last() else {
                 let end = i;
                 return if skip_ws(b, i) == b.len() {
                     Ok(start..end)
@@ -142,22 +164,74 @@ fn structure(b: &[u8]) -> Result<std::ops::Range<usize>, usize> {
                     Err(skip_ws(b, i))
                 };
             };
+            if top_object && open.len() == 1 {
+                // Spans start and end at ASCII bytes: char boundaries.
+                if let (Some(k), Some(v)) = (text.get(member.0.clone()), text.get(member.1..i)) {
+                    members.push((k, v));
+                }
+            }
             i = skip_ws(b, i);
-            match (inner, b.get(i)) {
+            match (object, b.get(i)) {
                 (_, Some(b',')) => {
                     i = skip_ws(b, i + 1);
-                    if inner == b'{' {
-                        i = key(b, i)?;
+                    if object {
+                        let (key, value) = key(b, i)?;
+                        if open.len() == 1 {
+                            member = (key, value);
+                        }
+                        i = value;
                     }
                     break;
                 }
-                (b'[', Some(b']')) | (b'{', Some(b'}')) => {
+                (false, Some(b']')) | (true, Some(b'}')) => {
                     open.pop();
                     i += 1;
                 }
                 _ => return Err(i),
             }
         }
+    }
+}
+
+/// The containers open around a value, innermost last: one bit each (an object or
+/// not) in a word for the first 64, a byte each beyond.
+#[derive(Default)]
+struct Open {
+    bits: u64,
+    len: usize,
+    deeper: Vec<bool>,
+}
+
+impl Open {
+    fn push(&mut self, object: bool) {
+        if self.len < 64 {
+            self.bits = (self.bits << 1) | u64::from(object);
+        } else {
+            self.deeper.push(object);
+        }
+        self.len += 1;
+    }
+
+    fn pop(&mut self) {
+        if self.len > 64 {
+            self.deeper.pop();
+        } else if self.len > 0 {
+            self.bits >>= 1;
+        }
+        self.len = self.len.saturating_sub(1);
+    }
+
+    /// Whether the innermost container is an object; `None` at the top level.
+    fn last(&self) -> Option<bool> {
+        match self.len {
+            0 => None,
+            1..=64 => Some(self.bits & 1 == 1),
+            _ => self.deeper.last().copied(),
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.len
     }
 }
 
@@ -168,25 +242,38 @@ fn skip_ws(b: &[u8], mut i: usize) -> usize {
     i
 }
 
-/// A member's key at `i` and its colon; where its value starts.
-fn key(b: &[u8], i: usize) -> Result<usize, usize> {
+/// A member's key at `i` and its colon: the key's span and where its value starts.
+fn key(b: &[u8], i: usize) -> Result<(Span, usize), usize> {
     if b.get(i) != Some(&b'"') {
         return Err(i);
     }
-    let colon = skip_ws(b, string(b, i)?);
+    let end = string(b, i)?;
+    let colon = skip_ws(b, end);
     if b.get(colon) != Some(&b':') {
         return Err(colon);
     }
-    Ok(skip_ws(b, colon + 1))
+    Ok((i..end, skip_ws(b, colon + 1)))
 }
+
+/// Bytes of a string looked at one by one before a vector search.
+const SHORT: usize = 16;
 
 /// The string opening at `open`; where it ends (after its closing quote).
 fn string(b: &[u8], open: usize) -> Result<usize, usize> {
     let mut i = open + 1;
     loop {
         let rest = b.get(i..).ok_or(b.len())?;
-        let Some(n) = memchr::memchr2(b'"', b'\\', rest) else {
-            return Err(b.len());
+        // Most keys and short values end within a few bytes, sooner than a vector
+        // search is set up.
+        let head = rest.get(..SHORT).unwrap_or(rest);
+        let n = match head.iter().position(|c| matches!(c, b'"' | b'\\')) {
+            Some(n) => n,
+            None => {
+                match memchr::memchr2(b'"', b'\\', rest.get(head.len()..).unwrap_or_default()) {
+                    Some(n) => head.len() + n,
+                    None => return Err(b.len()),
+                }
+            }
         };
         let plain = rest.get(..n).unwrap_or_default();
         if has_control(plain) {
@@ -404,6 +491,28 @@ mod tests {
         assert_eq!(check(b"[1, 2").unwrap_err().at, 5);
         let deep = "[".repeat(100_000) + &"]".repeat(100_000);
         assert!(check(deep.as_bytes()).is_ok());
+        // Past the 64 levels kept in a word: objects and arrays mixed, closed
+        // right, and closed wrong at depths within and past the word.
+        let (mut open, mut close) = (String::new(), String::new());
+        for depth in 0..150 {
+            if depth % 3 == 0 {
+                open.push_str("{\"k\":");
+                close.insert(0, '}');
+            } else {
+                open.push('[');
+                close.insert(0, ']');
+            }
+        }
+        let good = format!("{open}1{close}");
+        assert!(check(good.as_bytes()).is_ok());
+        assert!(serde_accepts(good.as_bytes()));
+        for at in [5, 60, 90, 149] {
+            let mut bad = good.clone().into_bytes();
+            let i = open.len() + 1 + at;
+            bad[i] = if bad[i] == b']' { b'}' } else { b']' };
+            assert!(check(&bad).is_err(), "{at}");
+            assert!(!serde_accepts(&bad), "{at}");
+        }
     }
 
     #[test]
@@ -433,6 +542,12 @@ mod tests {
                 let text = std::str::from_utf8(&b).unwrap();
                 let raw: Box<serde_json::value::RawValue> = serde_json::from_str(text).unwrap();
                 prop_assert_eq!(value, raw.get());
+                // The members found in the same pass are those a walk of the
+                // checked text finds.
+                let mut found = Vec::new();
+                check_with_members(&b, &mut found).unwrap();
+                let walked: Vec<Member<'_>> = crate::jsonrpc::members::members(value).collect();
+                prop_assert_eq!(found, walked);
             }
         }
     }
