@@ -375,6 +375,7 @@ async fn garbage_and_overlong_lines_on_stdout_are_logged_and_skipped() {
             "change",
             "flood",
             "huge",
+            "pipes",
             "close_stdout",
             "ask_many"
         ]
@@ -402,6 +403,60 @@ async fn garbage_and_overlong_lines_on_stdout_are_logged_and_skipped() {
     );
     assert!(!log.contains("backend stopped"), "log:\n{log}");
     assert!(!log.contains("panicked"), "log:\n{log}");
+}
+
+/// A message larger than a backend's pipe grows that pipe, as the backend itself
+/// sees it: a large request its stdin before it is written, a large answer its
+/// stdout for the next one; small messages leave both as they are.
+#[tokio::test]
+async fn a_backends_pipes_grow_for_messages_larger_than_them() {
+    let g = Gantry::with_config(&mb_backend("mb", "", &[]));
+    let mut c = g.client();
+    c.initialize().await;
+    let sizes = |r: &Value| -> (u64, u64) {
+        let v: Value = serde_json::from_str(&tool_text(r)).unwrap_or_else(|e| panic!("{e}: {r}"));
+        (v["stdin"].as_u64().unwrap(), v["stdout"].as_u64().unwrap())
+    };
+    let grown = std::fs::read_to_string("/proc/sys/fs/pipe-max-size")
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .unwrap_or(1 << 20)
+        .min(256 * 1024);
+    let small = 64 * 1024;
+    let r = bounded("pipes", PROMPT, c.call_tool(json!(1), "pipes", json!({}))).await;
+    assert_eq!(sizes(&r), (small, small));
+    let r = bounded(
+        "echo",
+        PROMPT,
+        c.call_tool(json!(2), "echo", json!({"message": "x".repeat(60_000)})),
+    )
+    .await;
+    assert_eq!(tool_text(&r).len(), 60_000);
+    let r = bounded("pipes", PROMPT, c.call_tool(json!(3), "pipes", json!({}))).await;
+    assert_eq!(
+        sizes(&r),
+        (small, small),
+        "messages that fit changed the pipes"
+    );
+
+    let pad = "p".repeat(200_000);
+    let r = bounded(
+        "pipes",
+        PROMPT,
+        c.call_tool(json!(4), "pipes", json!({ "pad": pad })),
+    )
+    .await;
+    assert_eq!(sizes(&r), (grown, small), "a 200 KB request");
+
+    let r = bounded(
+        "huge",
+        PROMPT,
+        c.call_tool(json!(5), "huge", json!({"bytes": 150_000})),
+    )
+    .await;
+    assert_eq!(tool_text(&r).len(), 150_000);
+    let r = bounded("pipes", PROMPT, c.call_tool(json!(6), "pipes", json!({}))).await;
+    assert_eq!(sizes(&r), (grown, grown), "after a 150 KB answer");
 }
 
 // ---------------------------------------------------------------------------------

@@ -183,6 +183,8 @@ pub(crate) struct Core {
 pub(crate) struct StdinSlot {
     pub gen: u64,
     pub w: tokio::process::ChildStdin,
+    /// Room in the pipe behind `w`, grown for a message larger than it.
+    pub room: super::pipes::PipeRoom,
 }
 
 impl Core {
@@ -515,6 +517,7 @@ impl Core {
         let mut slot = self.stdin.lock().await;
         match slot.as_mut() {
             Some(s) if s.gen == gen => {
+                s.room.fit(line.len() + 1);
                 write_line(&mut s.w, line)
                     .await
                     .map_err(|e| format!("cannot write to the backend: {e}"))?;

@@ -26,6 +26,7 @@ mod lines;
 mod listen;
 mod lists;
 mod pending;
+mod pipes;
 mod stats;
 mod stdio;
 mod supervise;

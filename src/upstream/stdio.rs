@@ -11,11 +11,13 @@ use super::core::{Core, Outgoing, State, StdinSlot};
 use super::error::UpstreamError;
 use super::handshake::handshake;
 use super::lines::{Line, LineReader};
+use super::pipes::PipeRoom;
 use super::stats::Exit;
 use super::supervise::Transport;
 use crate::config::{RestartConfig, StdioConfig};
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
+use std::os::fd::AsRawFd;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
@@ -124,12 +126,19 @@ async fn run_once(
         return "child has no stdio pipes".into();
     };
     tracing::info!(backend = %core.name, pid = ?child.id(), command = %cfg.command, "backend process started");
-    *core.stdin.lock().await = Some(StdinSlot { gen, w: stdin });
+    let stdout_room = PipeRoom::new(stdout.as_raw_fd());
+    let room = PipeRoom::new(stdin.as_raw_fd());
+    *core.stdin.lock().await = Some(StdinSlot {
+        gen,
+        w: stdin,
+        room,
+    });
     let stdout_closed = CancellationToken::new();
     let reader = tokio::spawn(read_stdout(
         core.clone(),
         gen,
         LineReader::new(stdout),
+        Some(stdout_room),
         stdout_closed.clone(),
     ));
     let name = core.name.clone();
@@ -454,11 +463,13 @@ fn exit_reason(status: &std::io::Result<std::process::ExitStatus>) -> String {
     }
 }
 
-/// Reads the child's stdout until it closes; cancels `closed` then.
+/// Reads the child's stdout until it closes; cancels `closed` then. An answer larger
+/// than the pipe grows it (`room`) for the next one.
 async fn read_stdout<R: AsyncRead + Unpin>(
     core: Arc<Core>,
     gen: u64,
     mut r: LineReader<R>,
+    mut room: Option<PipeRoom>,
     closed: CancellationToken,
 ) {
     let _closed = closed.drop_guard();
@@ -491,6 +502,10 @@ async fn read_stdout<R: AsyncRead + Unpin>(
             }
             Ok(Line::Data(line)) => {
                 core.stats.bytes(true, line.len() + 1);
+                if let Some(room) = &mut room {
+                    // The next answer this large crosses the pipe in one piece.
+                    room.fit(line.len() + 1);
+                }
                 let line = line.strip_suffix(b"\r").unwrap_or(line);
                 if line.iter().all(u8::is_ascii_whitespace) {
                     continue;
