@@ -131,11 +131,7 @@ fn structure<'a>(text: &'a str, members: &mut Vec<Member<'a>>) -> Result<Span, u
                     i += 1;
                 } else {
                     open.push(true);
-                    let (key, value) = key(b, i)?;
-                    if open.len() == 1 {
-                        member = (key, value);
-                    }
-                    i = value;
+                    i = member_key(b, i, open.len(), &mut member)?;
                     continue;
                 }
             }
@@ -175,11 +171,7 @@ fn structure<'a>(text: &'a str, members: &mut Vec<Member<'a>>) -> Result<Span, u
                 (_, Some(b',')) => {
                     i = skip_ws(b, i + 1);
                     if object {
-                        let (key, value) = key(b, i)?;
-                        if open.len() == 1 {
-                            member = (key, value);
-                        }
-                        i = value;
+                        i = member_key(b, i, open.len(), &mut member)?;
                     }
                     break;
                 }
@@ -240,6 +232,21 @@ fn skip_ws(b: &[u8], mut i: usize) -> usize {
         i += 1;
     }
     i
+}
+
+/// [`key`] of a member of an object `depth` containers deep, kept in `member` when
+/// that is the top level; where its value starts.
+fn member_key(
+    b: &[u8],
+    i: usize,
+    depth: usize,
+    member: &mut (Span, usize),
+) -> Result<usize, usize> {
+    let (key, value) = key(b, i)?;
+    if depth == 1 {
+        *member = (key, value);
+    }
+    Ok(value)
 }
 
 /// A member's key at `i` and its colon: the key's span and where its value starts.
