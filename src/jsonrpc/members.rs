@@ -285,7 +285,7 @@ fn key_at(b: &[u8], key_at: usize) -> Option<(std::ops::Range<usize>, usize)> {
     Some((key_at..key_end, skip_ws(b, colon + 1)))
 }
 
-fn skip_ws(b: &[u8], mut i: usize) -> usize {
+pub(super) fn skip_ws(b: &[u8], mut i: usize) -> usize {
     while matches!(b.get(i), Some(b' ' | b'\t' | b'\n' | b'\r')) {
         i += 1;
     }
@@ -296,16 +296,22 @@ fn skip_ws(b: &[u8], mut i: usize) -> usize {
 /// short values end within them, sooner than the search is set up.
 const SHORT: usize = 16;
 
+/// Where the next `"` or `\` at or after `i` is (inside a string: its end or its
+/// next escape).
+pub(super) fn quote_or_backslash(b: &[u8], i: usize) -> Option<usize> {
+    let rest = b.get(i..)?;
+    let head = rest.get(..SHORT).unwrap_or(rest);
+    match head.iter().position(|c| matches!(c, b'"' | b'\\')) {
+        Some(k) => Some(i + k),
+        None => Some(i + head.len() + memchr::memchr2(b'"', b'\\', rest.get(head.len()..)?)?),
+    }
+}
+
 /// The end (after the closing quote) of the string opening at `open`.
 fn string_end(b: &[u8], open: usize) -> Option<usize> {
     let mut i = open + 1;
     loop {
-        let rest = b.get(i..)?;
-        let head = rest.get(..SHORT).unwrap_or(rest);
-        let k = match head.iter().position(|c| matches!(c, b'"' | b'\\')) {
-            Some(k) => i + k,
-            None => i + head.len() + memchr::memchr2(b'"', b'\\', rest.get(head.len()..)?)?,
-        };
+        let k = quote_or_backslash(b, i)?;
         if b.get(k) == Some(&b'\\') {
             // The escaped character (`"`, `\` or a letter of `\uXXXX`) is skipped.
             i = k + 2;

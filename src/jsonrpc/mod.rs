@@ -498,13 +498,13 @@ pub fn to_raw<T: serde::Serialize + ?Sized>(value: &T) -> Raw {
     serde_json::to_string(value).map_or_else(|_| null_raw(), Raw::trusted)
 }
 
-/// The object of `members`, each a key and its value's JSON text (written as is):
-/// how an object read member by member into raw values is written back, without
-/// checking again what was checked when it was read.
-pub fn raw_object<'a>(members: impl IntoIterator<Item = (&'a str, &'a Raw)>) -> Raw {
+/// The object of `fields`, each value's JSON text written as is: how an object read
+/// member by member into raw values is written back, without checking again what
+/// was checked when it was read.
+pub fn raw_object(fields: &indexmap::IndexMap<String, Raw>) -> Raw {
     let mut out = String::new();
     let o = members::ObjectWriter::begin(&mut out);
-    for (k, v) in members {
+    for (k, v) in fields {
         o.member(&mut out, k, v.get());
     }
     o.end(&mut out);

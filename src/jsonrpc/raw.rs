@@ -16,6 +16,7 @@
 //! the receiving parser's business), plus valid UTF-8 everywhere. Proptested against
 //! serde_json below.
 
+use super::members::{quote_or_backslash, skip_ws};
 use std::fmt;
 
 /// JSON text known to be one valid JSON value, with no whitespace around it.
@@ -228,13 +229,6 @@ impl Open {
     }
 }
 
-fn skip_ws(b: &[u8], mut i: usize) -> usize {
-    while matches!(b.get(i), Some(b' ' | b'\t' | b'\n' | b'\r')) {
-        i += 1;
-    }
-    i
-}
-
 /// [`key`] of a member of an object `depth` containers deep, kept in `member` when
 /// that is the top level; where its value starts.
 fn member_key(
@@ -263,32 +257,17 @@ fn key(b: &[u8], i: usize) -> Result<(Span, usize), usize> {
     Ok((i..end, skip_ws(b, colon + 1)))
 }
 
-/// Bytes of a string looked at one by one before a vector search.
-const SHORT: usize = 16;
-
 /// The string opening at `open`; where it ends (after its closing quote).
 fn string(b: &[u8], open: usize) -> Result<usize, usize> {
     let mut i = open + 1;
     loop {
-        let rest = b.get(i..).ok_or(b.len())?;
-        // Most keys and short values end within a few bytes, sooner than a vector
-        // search is set up.
-        let head = rest.get(..SHORT).unwrap_or(rest);
-        let n = match head.iter().position(|c| matches!(c, b'"' | b'\\')) {
-            Some(n) => n,
-            None => {
-                match memchr::memchr2(b'"', b'\\', rest.get(head.len()..).unwrap_or_default()) {
-                    Some(n) => head.len() + n,
-                    None => return Err(b.len()),
-                }
-            }
-        };
-        let plain = rest.get(..n).unwrap_or_default();
+        let end = quote_or_backslash(b, i).ok_or(b.len())?;
+        let plain = b.get(i..end).unwrap_or_default();
         if has_control(plain) {
             let k = plain.iter().position(|&c| c < 0x20).unwrap_or(0);
             return Err(i + k);
         }
-        i += n;
+        i = end;
         if b.get(i) == Some(&b'"') {
             return Ok(i + 1);
         }
@@ -535,7 +514,7 @@ mod tests {
         assert_eq!(r.get(), "[1, {\"b\":null}]");
         let map: indexmap::IndexMap<String, Raw> =
             serde_json::from_str(r#"{"a":[1, {}],"q\"":null}"#).unwrap();
-        let back = crate::jsonrpc::raw_object(map.iter().map(|(k, v)| (k.as_str(), v)));
+        let back = crate::jsonrpc::raw_object(&map);
         assert_eq!(back.get(), r#"{"a":[1, {}],"q\"":null}"#);
     }
 

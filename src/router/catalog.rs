@@ -416,7 +416,7 @@ impl Router {
                         ))
                     })?;
                 p.insert("name".into(), to_raw(&original));
-                let p = raw_object(p.iter().map(|(k, v)| (k.as_str(), v)));
+                let p = raw_object(&p);
                 let result = forward(route, idx, method, Some(p), ctx).await?;
                 if kind == ListKind::Tools {
                     remember_linked_uris(route, idx, &result);

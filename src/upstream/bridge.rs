@@ -294,9 +294,7 @@ pub(super) async fn call_stateless(
         if let Some(state) = round.state {
             next.insert("requestState".into(), to_raw(&state));
         }
-        outgoing = Some(OutParams::Checked(Some(raw_object(
-            next.iter().map(|(k, v)| (k.as_str(), v)),
-        ))));
+        outgoing = Some(OutParams::Checked(Some(raw_object(&next))));
     }
     Err(UpstreamError::Protocol {
         backend: core.name.clone(),

@@ -674,7 +674,7 @@ pub(super) fn rewrite_progress_token(
         return (Some(raw), None);
     };
     top.insert("_meta".into(), to_raw(&meta));
-    let top = crate::jsonrpc::raw_object(top.iter().map(|(k, v)| (k.as_str(), v)));
+    let top = crate::jsonrpc::raw_object(&top);
     (Some(top), Some(client))
 }
 
