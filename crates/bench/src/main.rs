@@ -198,6 +198,14 @@ struct Cli {
     /// reports the round with the median calls/s and the range over all rounds.
     #[arg(long, default_value_t = 1, value_name = "N")]
     rounds: usize,
+    /// Offered load instead of a closed loop at full speed: the clients together start
+    /// this many calls per second (each client one every N / RATE seconds, the clients
+    /// staggered; a call that ends late is followed at once by the next, with no
+    /// catching up). CPU per call is then compared at equal load: at full speed a
+    /// faster path shares each wake-up among more calls. A row that fell short of
+    /// 95 % of the rate is marked so. Latency is then the service time of each call.
+    #[arg(long, value_name = "CALLS_PER_S")]
+    rate: Option<f64>,
     /// Internal: run the direct MCP server (prints its URL on stderr).
     #[arg(long, hide = true)]
     serve_direct: bool,
@@ -396,6 +404,8 @@ struct Env {
     tls: Option<tls::Tls>,
     /// `--generator-threads`.
     generator_threads: usize,
+    /// `--rate`: calls per second offered by all clients together.
+    rate: Option<f64>,
 }
 
 /// A redis-server on a loopback port, killed on drop.
@@ -448,6 +458,11 @@ async fn run(cli: Cli) -> Result<bool> {
     }
     if cli.era.is_empty() {
         bail!("--era must name at least one era");
+    }
+    if let Some(rate) = cli.rate {
+        if !(rate.is_finite() && rate > 0.0) {
+            bail!("--rate must be a positive number of calls per second, not {rate}");
+        }
     }
     if cli.op == "session" && cli.era.iter().any(|e| e == "stateless") {
         bail!("--op session measures session creation: the stateless era has none");
@@ -504,6 +519,7 @@ async fn run(cli: Cli) -> Result<bool> {
         },
         tls,
         generator_threads: cli.generator_threads.max(1),
+        rate: cli.rate,
     };
     let mut eras: Vec<bool> = cli.era.iter().map(|e| e == "stateless").collect();
     eras.dedup();
@@ -1034,9 +1050,11 @@ async fn load(
     let window_end = window_start + duration;
     let mut tasks = tokio::task::JoinSet::new();
     let op = Op::of(env, cell.target);
-    for c in clients {
+    let n = cell.clients;
+    for (i, c) in clients.into_iter().enumerate() {
         let size = cell.payload;
-        tasks.spawn(async move { c.run_loop(op, size, window_start, window_end).await });
+        let pace = env.rate.map(|rate| Pace::of(rate, n, i, start));
+        tasks.spawn(async move { c.run_loop(op, size, pace, window_start, window_end).await });
     }
     tokio::time::sleep_until(window_start).await;
     let companion = server.companion.as_ref().map(|c| c.pid);
@@ -1088,6 +1106,38 @@ async fn load(
     cell.p99_us = percentile(&latencies, 99.0);
     Ok(())
 }
+
+/// One client's schedule under `--rate`: a call every `every`, the first at `at`.
+#[derive(Debug, Clone, Copy)]
+struct Pace {
+    at: tokio::time::Instant,
+    every: Duration,
+}
+
+impl Pace {
+    /// Client `index` of `clients` sharing `rate` calls/s, staggered from `start` so
+    /// that the clients' calls do not start together.
+    fn of(rate: f64, clients: usize, index: usize, start: tokio::time::Instant) -> Self {
+        let every = Duration::from_secs_f64(clients as f64 / rate);
+        let offset = every.mul_f64(index as f64 / clients as f64);
+        Self {
+            at: start + offset,
+            every,
+        }
+    }
+
+    /// When the next call starts, given the time now: on schedule, or at once when
+    /// behind it (a late client does not catch up with a burst).
+    fn next(&mut self, now: tokio::time::Instant) -> tokio::time::Instant {
+        let at = self.at.max(now);
+        self.at = at + self.every;
+        at
+    }
+}
+
+/// Under `--rate`, the share of the offered calls/s a row must reach to count as
+/// having kept it.
+const RATE_KEPT: f64 = 0.95;
 
 fn percentile(sorted: &[u32], p: f64) -> u64 {
     if sorted.is_empty() {
@@ -1471,6 +1521,7 @@ impl McpClient {
         mut self,
         op: Op,
         size: usize,
+        mut pace: Option<Pace>,
         window_start: tokio::time::Instant,
         end: tokio::time::Instant,
     ) -> ClientOutcome {
@@ -1479,6 +1530,13 @@ impl McpClient {
             ..ClientOutcome::default()
         };
         for seq in 1..=MAX_CALLS_PER_CLIENT {
+            if let Some(p) = &mut pace {
+                let at = p.next(tokio::time::Instant::now());
+                if at >= end {
+                    break;
+                }
+                tokio::time::sleep_until(at).await;
+            }
             if tokio::time::Instant::now() >= end {
                 break;
             }
@@ -1708,7 +1766,7 @@ fn report(
             r.clients.to_string(),
             r.payload.to_string(),
             format!(
-                "{:.0}{}{}",
+                "{:.0}{}{}{}",
                 r.rate(),
                 if gen_bound {
                     " (generator-bound)".to_owned()
@@ -1717,7 +1775,12 @@ fn report(
                 },
                 r.range
                     .map(|(lo, hi)| format!(" [{lo:.0}–{hi:.0}]"))
-                    .unwrap_or_default()
+                    .unwrap_or_default(),
+                if env.rate.is_some_and(|rate| r.rate() < RATE_KEPT * rate) {
+                    " (below the offered rate)"
+                } else {
+                    ""
+                }
             ),
             format!(
                 "{}{}",
@@ -1752,7 +1815,7 @@ fn report(
     }
     let mut out = String::new();
     let about = format!(
-        "{}{}{} s measured after {} s warm-up per row; {} CPUs; load generator on {} thread(s) (\"bench busy\": the share of them it kept busy; at ≥ {:.0} % the row is generator-bound and gets no ratios); CLK_TCK {}; Accept: {}; CPU and RSS are of the server process tree, \"root proc\" of the server process alone (gantry's supervisor and gateway without its backends); ratios are to `direct` at the same N and P{}",
+        "{}{}{}{} s measured after {} s warm-up per row; {} CPUs; load generator on {} thread(s) (\"bench busy\": the share of them it kept busy; at ≥ {:.0} % the row is generator-bound and gets no ratios); CLK_TCK {}; Accept: {}; CPU and RSS are of the server process tree, \"root proc\" of the server process alone (gantry's supervisor and gateway without its backends); ratios are to `direct` at the same N and P{}",
         if cli.rounds > 1 {
             format!(
                 "median of {} interleaved rounds (the round with the median calls/s; [range] of calls/s over the rounds); ",
@@ -1770,6 +1833,10 @@ fn report(
         } else {
             String::new()
         },
+        env.rate.map_or_else(String::new, |rate| format!(
+            "offered load: {rate:.0} calls/s from all clients together, paced (not a closed loop at full speed; a row below {:.0} % of it is marked); ",
+            RATE_KEPT * 100.0
+        )),
         cli.duration.as_secs_f64(),
         cli.warmup.as_secs_f64(),
         pin::machine_cpus(),
@@ -2589,7 +2656,8 @@ pub(crate) fn on_stdin_end(end: fn() -> !) -> Result<()> {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
-    use super::payload;
+    use super::{payload, Pace};
+    use std::time::Duration;
 
     /// The filler as first defined, a byte at a time.
     fn reference(size: usize, client: usize, seq: u64) -> String {
@@ -2614,5 +2682,29 @@ mod tests {
             }
         }
         assert_ne!(payload(100, 1, 2), payload(100, 2, 1));
+    }
+
+    #[test]
+    fn paced_clients_share_the_rate_staggered_and_do_not_catch_up() {
+        let start = tokio::time::Instant::now();
+        // 4 clients sharing 1000 calls/s: each one every 4 ms, a ms apart.
+        let firsts: Vec<_> = (0..4)
+            .map(|i| Pace::of(1000.0, 4, i, start).at - start)
+            .collect();
+        assert_eq!(
+            firsts,
+            [0, 1, 2, 3].map(Duration::from_millis),
+            "staggered by 1 ms"
+        );
+        let mut p = Pace::of(1000.0, 4, 1, start);
+        assert_eq!(p.every, Duration::from_millis(4));
+        // On time: the schedule, whatever the time now.
+        assert_eq!(p.next(start) - start, Duration::from_millis(1));
+        assert_eq!(p.next(start) - start, Duration::from_millis(5));
+        // 20 ms late: the next call at once, the one after a period later (no burst
+        // of the calls missed).
+        let late = start + Duration::from_millis(29);
+        assert_eq!(p.next(late), late);
+        assert_eq!(p.next(late), late + Duration::from_millis(4));
     }
 }
