@@ -497,6 +497,114 @@ async fn foreign_host_and_origin_are_refused_loopback_origin_accepted() {
 // 5. Request validation
 // ---------------------------------------------------------------------------------
 
+/// An official SDK client (TypeScript v1, on Node's fetch) sending more than
+/// `server.max_body_bytes` gets the 413 and its message, call after call on the same
+/// connection, and the session goes on: with the body's length declared, and sent
+/// as a stream over a slow uplink. Gantry reads such a body to its end (within
+/// 16 MiB past the limit) before answering: refused while the client was still
+/// sending, the client saw `EPIPE` and nothing else.
+#[tokio::test]
+async fn an_sdk_client_over_the_body_limit_reads_the_refusal() {
+    let g = Gantry::with_config(&config_with("max_body_bytes = 1048576"));
+    for uplink in [None, Some("2")] {
+        let line = oversized_calls(&g.url, 3_000_000, uplink).await;
+        let outcomes = line["outcomes"].as_array().unwrap();
+        assert_eq!(outcomes.len(), 3, "{line}");
+        for o in outcomes {
+            assert_eq!(
+                o["status"], 413,
+                "uplink {uplink:?}: the client did not read the refusal: {line}"
+            );
+            let error = o["error"].as_str().unwrap_or_default();
+            assert!(
+                error.contains("Request body larger than 1048576 bytes"),
+                "{line}"
+            );
+        }
+        assert_eq!(
+            line["after"]["text_bytes"], 5,
+            "the session goes on: {line}"
+        );
+    }
+}
+
+/// A plain HTTP/1.1 client that writes its whole request (declared length, sent in
+/// pieces as a network would deliver them) before it reads: over the limit, it can
+/// still write all of it and then reads the 413; the connection is not reset under
+/// it while it is sending.
+#[tokio::test]
+async fn a_client_sending_an_over_limit_body_can_finish_and_read_the_413() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let g = Gantry::with_config(&config_with("max_body_bytes = 65536"));
+    let addr = g.base.trim_start_matches("http://").to_owned();
+    let body = echo(json!(1), &"x".repeat(2_000_000)).into_bytes();
+    let mut tcp = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    for (i, piece) in body.chunks(64 * 1024).enumerate() {
+        if let Err(e) = tcp.write_all(piece).await {
+            panic!(
+                "the connection broke after {} bytes of the body: {e}",
+                i * 64 * 1024
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), tcp.read_to_end(&mut answer))
+        .await
+        .expect("the answer within 10 s")
+        .expect("the answer, not a reset");
+    let text = String::from_utf8_lossy(&answer);
+    assert!(text.starts_with("HTTP/1.1 413"), "{text}");
+    assert!(
+        text.contains("Request body larger than 65536 bytes"),
+        "{text}"
+    );
+
+    // What is declared more than 16 MiB past the limit is not waited for: refused
+    // before any of it arrives.
+    let mut tcp = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\n\r\n",
+        65536 + 17 * 1024 * 1024
+    );
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = vec![0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(5), tcp.read(&mut answer))
+        .await
+        .expect("refused at once")
+        .unwrap();
+    let text = String::from_utf8_lossy(&answer[..n]);
+    assert!(text.starts_with("HTTP/1.1 413"), "{text}");
+}
+
+/// tests/interop/clients/oversized.mjs against `url`: its JSON line.
+async fn oversized_calls(url: &str, bytes: usize, uplink_ms: Option<&str>) -> Value {
+    let script = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/interop/clients/oversized.mjs");
+    let mut cmd = std::process::Command::new(oidc::node());
+    cmd.arg(script)
+        .args(["--url", url, "--bytes", &bytes.to_string(), "--calls", "3"]);
+    if let Some(ms) = uplink_ms {
+        cmd.args(["--uplink-ms", ms]);
+    }
+    let out = tokio::task::spawn_blocking(move || cmd.output())
+        .await
+        .unwrap()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(stdout.lines().last().unwrap_or("null")).unwrap_or_else(|_| {
+        panic!(
+            "no JSON line: {stdout} {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
 #[tokio::test]
 async fn malformed_requests_get_precise_http_errors() {
     let g = Gantry::with_config(&config_with("max_body_bytes = 2048"));
@@ -521,21 +629,17 @@ async fn malformed_requests_get_precise_http_errors() {
         .chunks(512)
         .map(|b| Ok(bytes::Bytes::copy_from_slice(b)))
         .collect();
-    // Gantry answers 413 as soon as the limit is crossed and may close the
-    // connection while the client is still sending; a client that is mid-upload
-    // then sees the reset instead of the answer. Either way nothing past the limit
-    // is read; the status is checked whenever the client got to read it.
-    match post_accepting(&c, both)
-        .body(reqwest::Body::wrap_stream(futures::stream::iter(chunks)))
-        .send()
-        .await
-    {
-        Ok(resp) => assert_http_error(&Client::read(resp).await, 413, None),
-        Err(e) => assert!(
-            e.is_request() || e.is_body() || e.is_connect(),
-            "unexpected error: {e}"
-        ),
-    }
+    // Gantry reads the rest of an over-limit body (up to 16 MiB past the limit)
+    // before answering, so a client still sending reads the 413, not a reset.
+    let r = Client::read(
+        post_accepting(&c, both)
+            .body(reqwest::Body::wrap_stream(futures::stream::iter(chunks)))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_http_error(&r, 413, None);
     // A body within the limit still works.
     let r = c
         .call_tool(json!(2), "echo", json!({"message": "small"}))

@@ -138,7 +138,14 @@ impl Accepts {
     }
 }
 
-/// Reads a request body within the configured limit.
+/// An over-limit body is read on and thrown away up to this many bytes past the limit
+/// before the 413 goes out. A client still sending when the connection closes under it sees
+/// the reset (Node's fetch: `EPIPE`), not the answer; read to its end, the body
+/// leaves the client free to read the refusal. Larger bodies are refused at once.
+const DRAIN_BYTES: usize = 16 * 1024 * 1024;
+
+/// Reads a request body within the configured limit, all of it within
+/// `server.body_timeout`.
 pub(crate) async fn read_body(
     app: &App,
     body: Body,
@@ -149,18 +156,109 @@ pub(crate) async fn read_body(
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok());
-    if declared.is_some_and(|n| n > limit) {
+    if declared.is_some_and(|n| n > limit.saturating_add(DRAIN_BYTES)) {
         return Err(FrontError::TooLarge(limit));
     }
     let within = app.cfg.server.body_timeout;
-    match tokio::time::timeout(within, axum::body::to_bytes(body, limit)).await {
-        Ok(read) => read.map_err(|_| FrontError::TooLarge(limit)),
+    match tokio::time::timeout(within, collect(body, limit)).await {
+        Ok(Ok(Some(bytes))) => Ok(bytes),
+        Ok(Ok(None)) | Ok(Err(_)) => Err(FrontError::TooLarge(limit)),
         Err(_) => Err(FrontError::BodyTimeout(within)),
     }
+}
+
+/// The body if it is at most `limit` bytes; `None` if it is larger, after reading
+/// (and dropping) the rest of it up to [`DRAIN_BYTES`] past the limit.
+async fn collect(body: Body, limit: usize) -> Result<Option<bytes::Bytes>, axum::Error> {
+    use http_body_util::BodyExt;
+    let mut body = body;
+    let mut chunks: Vec<bytes::Bytes> = Vec::new();
+    let mut total = 0usize;
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame?.into_data() else {
+            continue; // trailers
+        };
+        total = total.saturating_add(data.len());
+        if total > limit {
+            chunks = Vec::new();
+            if total - limit > DRAIN_BYTES {
+                return Ok(None);
+            }
+        } else {
+            chunks.push(data);
+        }
+    }
+    if total > limit {
+        return Ok(None);
+    }
+    Ok(Some(match chunks.len() {
+        // Usually the whole body came as one chunk: no copy.
+        0 => bytes::Bytes::new(),
+        1 => chunks.swap_remove(0),
+        _ => {
+            let mut all = bytes::BytesMut::with_capacity(total);
+            for c in &chunks {
+                all.extend_from_slice(c);
+            }
+            all.freeze()
+        }
+    }))
 }
 
 pub(super) fn session_header(headers: &HeaderMap) -> Option<&str> {
     headers
         .get(crate::mcp::header::SESSION_ID)
         .and_then(|v| v.to_str().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::{collect, DRAIN_BYTES};
+    use axum::body::Body;
+    use bytes::Bytes;
+    use futures::StreamExt;
+
+    /// A body of these chunks that then never ends (a client that stops sending).
+    fn stalled(chunks: Vec<Bytes>) -> Body {
+        let s = futures::stream::iter(chunks.into_iter().map(Ok::<_, std::io::Error>))
+            .chain(futures::stream::pending());
+        Body::from_stream(s)
+    }
+
+    fn chunks(total: usize, size: usize) -> Vec<Bytes> {
+        let mut out = Vec::new();
+        let mut left = total;
+        while left > 0 {
+            let n = left.min(size);
+            out.push(Bytes::from(vec![b'x'; n]));
+            left -= n;
+        }
+        out
+    }
+
+    async fn within_a_second(body: Body, limit: usize) -> Option<Bytes> {
+        tokio::time::timeout(std::time::Duration::from_secs(1), collect(body, limit))
+            .await
+            .expect("collect returned")
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn bodies_within_the_limit_come_whole_and_past_it_are_read_only_so_far() {
+        // Several chunks up to the limit exactly: all of it, in order.
+        let body = Body::from_stream(futures::stream::iter(
+            [&b"ab"[..], b"cd", b"e"].map(|c| Ok::<_, std::io::Error>(Bytes::from_static(c))),
+        ));
+        assert_eq!(collect(body, 5).await.unwrap().unwrap(), "abcde");
+        // One byte over, then the client is done: refused once it is read.
+        let body = Body::from_stream(futures::stream::iter(
+            chunks(6, 2).into_iter().map(Ok::<_, std::io::Error>),
+        ));
+        assert_eq!(collect(body, 5).await.unwrap(), None);
+        // More than DRAIN_BYTES past the limit: refused without waiting for the rest.
+        let limit = 1024;
+        let body = stalled(chunks(limit + DRAIN_BYTES + 1, 1 << 20));
+        assert_eq!(within_a_second(body, limit).await, None);
+    }
 }
