@@ -52,3 +52,26 @@ pub(crate) fn json_tree(
     })
     .boxed()
 }
+
+/// A waker that counts its wake-ups.
+pub(crate) struct CountedWaker(std::sync::atomic::AtomicUsize);
+
+impl CountedWaker {
+    /// The counter and a waker of it.
+    pub(crate) fn new() -> (std::sync::Arc<Self>, std::task::Waker) {
+        let counted = std::sync::Arc::new(Self(std::sync::atomic::AtomicUsize::new(0)));
+        let waker = std::task::Waker::from(counted.clone());
+        (counted, waker)
+    }
+
+    /// Wake-ups so far.
+    pub(crate) fn count(&self) -> usize {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl std::task::Wake for CountedWaker {
+    fn wake(self: std::sync::Arc<Self>) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}

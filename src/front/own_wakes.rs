@@ -101,19 +101,12 @@ impl<F: Future> Future for AbsorbOwnWakes<F> {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::AbsorbOwnWakes;
+    use crate::testkit::CountedWaker;
     use std::future::Future;
     use std::pin::Pin;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
-    use std::task::{Context, Poll, Wake, Waker};
-
-    struct Counted(AtomicUsize);
-
-    impl Wake for Counted {
-        fn wake(self: Arc<Self>) {
-            self.0.fetch_add(1, Ordering::SeqCst);
-        }
-    }
+    use std::task::{Context, Poll};
 
     /// Wakes itself in each of its first `n` polls, then is ready; counts its polls.
     struct WakesItself {
@@ -135,8 +128,7 @@ mod tests {
 
     #[test]
     fn a_wake_during_its_own_poll_is_a_poll_again_not_a_wake_up() {
-        let task = Arc::new(Counted(AtomicUsize::new(0)));
-        let waker = Waker::from(task.clone());
+        let (task, waker) = CountedWaker::new();
         let mut cx = Context::from_waker(&waker);
         let polls = Arc::new(AtomicUsize::new(0));
         let mut f = AbsorbOwnWakes::new(WakesItself {
@@ -145,13 +137,12 @@ mod tests {
         });
         assert!(Pin::new(&mut f).poll(&mut cx).is_ready());
         assert_eq!(polls.load(Ordering::SeqCst), 3);
-        assert_eq!(task.0.load(Ordering::SeqCst), 0, "the task was woken");
+        assert_eq!(task.count(), 0, "the task was woken");
     }
 
     #[test]
     fn a_future_that_keeps_waking_itself_yields_to_the_runtime() {
-        let task = Arc::new(Counted(AtomicUsize::new(0)));
-        let waker = Waker::from(task.clone());
+        let (task, waker) = CountedWaker::new();
         let mut cx = Context::from_waker(&waker);
         let polls = Arc::new(AtomicUsize::new(0));
         let mut f = AbsorbOwnWakes::new(WakesItself {
@@ -160,7 +151,7 @@ mod tests {
         });
         assert!(Pin::new(&mut f).poll(&mut cx).is_pending());
         assert_eq!(polls.load(Ordering::SeqCst), super::MAX_POLLS);
-        assert_eq!(task.0.load(Ordering::SeqCst), 1, "woken once, to yield");
+        assert_eq!(task.count(), 1, "woken once, to yield");
     }
 
     #[tokio::test]

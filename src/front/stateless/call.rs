@@ -695,19 +695,22 @@ pub(super) fn stream(
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::{Done, Running, Up};
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::Arc;
-    use std::task::{Context, Poll, Wake, Waker};
+    use crate::testkit::CountedWaker;
+    use std::task::{Context, Poll};
     use tokio::sync::mpsc;
     use tokio_util::sync::CancellationToken;
 
-    /// Counts its wake-ups.
-    struct Counted(AtomicUsize);
-
-    impl Wake for Counted {
-        fn wake(self: Arc<Self>) {
-            self.0.fetch_add(1, Ordering::SeqCst);
-        }
+    /// A `Running` of no call, its channel's sender given back.
+    fn idle_running() -> (Running, mpsc::Sender<Up>) {
+        let (sink, up) = mpsc::channel::<Up>(4);
+        let running = Running {
+            done: Done::Taken,
+            up,
+            hold: Some(sink.clone()),
+            cancel: CancellationToken::new(),
+            asked: 0,
+        };
+        (running, sink)
     }
 
     /// The handler waits on the call's channel while the call runs; the call's end
@@ -716,34 +719,19 @@ mod tests {
     /// runtime poll it again and rouse an idle worker.
     #[test]
     fn the_end_of_a_call_does_not_wake_its_handler() {
-        let (sink, up) = mpsc::channel::<Up>(4);
-        let mut running = Running {
-            done: Done::Taken,
-            up,
-            hold: Some(sink.clone()),
-            cancel: CancellationToken::new(),
-            asked: 0,
-        };
-        let counted = Arc::new(Counted(AtomicUsize::new(0)));
-        let waker = Waker::from(counted.clone());
+        let (mut running, sink) = idle_running();
+        let (counted, waker) = CountedWaker::new();
         let mut cx = Context::from_waker(&waker);
         assert!(running.up.poll_recv(&mut cx).is_pending());
         drop(sink); // the call ends
         drop(running); // the handler answers
-        assert_eq!(counted.0.load(Ordering::SeqCst), 0, "woken for nothing");
+        assert_eq!(counted.count(), 0, "woken for nothing");
 
         // What the call sends before its end still wakes the handler.
-        let (sink, up) = mpsc::channel::<Up>(4);
-        let mut running = Running {
-            done: Done::Taken,
-            up,
-            hold: Some(sink.clone()),
-            cancel: CancellationToken::new(),
-            asked: 0,
-        };
+        let (mut running, sink) = idle_running();
         assert!(running.up.poll_recv(&mut cx).is_pending());
         sink.try_send(Up::Missing("sampling")).unwrap();
-        assert_eq!(counted.0.load(Ordering::SeqCst), 1);
+        assert_eq!(counted.count(), 1);
         assert!(matches!(
             running.up.poll_recv(&mut cx),
             Poll::Ready(Some(Up::Missing("sampling")))
