@@ -159,6 +159,7 @@ mod tests {
         let (tx, rx) = tokio::sync::oneshot::channel::<u8>();
         let handle = tokio::spawn(AbsorbOwnWakes::new(rx));
         tokio::task::yield_now().await;
+        assert!(!handle.is_finished(), "polled once, waiting");
         tx.send(7).unwrap();
         let got = tokio::time::timeout(std::time::Duration::from_secs(5), handle)
             .await

@@ -29,14 +29,7 @@ pub struct EventStream {
     /// The stream's number within its session (0 = the standalone stream).
     pub id: u64,
     inner: Mutex<Inner>,
-    /// Wakes readers: any event, the end, a new reader.
     notify: Notify,
-    /// Wakes [`EventStream::wait_event`]: an event before the end, or an end without
-    /// a final message; not [`EventStream::finish`]. Its one caller polls the very
-    /// call that finishes the stream, so a wake-up from `finish` would only make the
-    /// runtime poll that task once more and rouse an idle worker to help (~1.6
-    /// futex calls and a context switch per quick call, BENCHMARKS.md).
-    early: Notify,
     cap: usize,
 }
 
@@ -110,7 +103,6 @@ impl EventStream {
                 delivered: 0,
             }),
             notify: Notify::new(),
-            early: Notify::new(),
             cap: cap.max(1),
         }
     }
@@ -136,7 +128,6 @@ impl EventStream {
             g.add(json, droppable, self.cap);
         }
         self.notify.notify_waiters();
-        self.early.notify_waiters();
         true
     }
 
@@ -155,13 +146,11 @@ impl EventStream {
         self.notify.notify_waiters();
     }
 
-    /// Waits up to `window` until the stream holds an event or is closed. Not woken
-    /// by [`EventStream::finish`] (see `early`): for a caller that polls the call
-    /// finishing the stream itself, and sees it end that way.
+    /// Waits up to `window` until the stream holds an event or is closed.
     pub async fn wait_event(&self, window: Duration) {
         let deadline = tokio::time::Instant::now() + window;
         loop {
-            let notified = self.early.notified();
+            let notified = self.notify.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
             {
@@ -210,7 +199,6 @@ impl EventStream {
     pub fn close(&self) {
         self.inner.lock().closed = true;
         self.notify.notify_waiters();
-        self.early.notify_waiters();
     }
 
     /// Whether the stream is finished.
@@ -378,41 +366,6 @@ mod tests {
             keepalive: Duration::from_secs(60),
             cancel: CancellationToken::new(),
             on_drop: None,
-        }
-    }
-
-    /// The inline call's wait ends at once on an event or on an end without a final
-    /// message, also when another task makes them; the end of the call its caller
-    /// polls itself (`finish`) does not wake it, so it ends at its window.
-    #[tokio::test]
-    async fn wait_event_wakes_for_events_and_closes_not_for_finish() {
-        let window = Duration::from_millis(400);
-        for (what, act, woken) in [
-            ("push", 0, true),
-            ("notification", 1, true),
-            ("close", 2, true),
-            ("finish", 3, false),
-        ] {
-            let s = Arc::new(EventStream::new(1, 8));
-            let other = s.clone();
-            let started = tokio::time::Instant::now();
-            let task = tokio::spawn(async move {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                match act {
-                    0 => drop(other.push("{}".into())),
-                    1 => drop(other.push_notification("{}".into())),
-                    2 => other.close(),
-                    _ => other.finish(Some("{}".into())),
-                }
-            });
-            s.wait_event(window).await;
-            let took = started.elapsed();
-            task.await.unwrap();
-            if woken {
-                assert!(took < window / 2, "{what}: woke after {took:?}");
-            } else {
-                assert!(took >= window, "{what}: woke after {took:?}");
-            }
         }
     }
 

@@ -177,13 +177,6 @@ impl std::future::Future for Done {
 pub(crate) struct Running {
     pub(super) done: Done,
     pub(super) up: mpsc::Receiver<Up>,
-    /// A sender of `up` kept while the call's handler may wait on it. Without it the
-    /// call's end (its sink dropped, the last sender) would close the channel and wake
-    /// the waiting task: the handler itself, busy finishing that very call, which the
-    /// runtime then polls once more and rouses an idle worker to help (~1.8 futex
-    /// calls and a context switch per call, BENCHMARKS.md). Dropped last, by `drop`,
-    /// after the channel's waker was swapped for a no-op one.
-    pub(super) hold: Option<mpsc::Sender<Up>>,
     pub(super) cancel: CancellationToken,
     /// Input requests asked so far (names the keys).
     pub(super) asked: u64,
@@ -191,13 +184,6 @@ pub(crate) struct Running {
 
 impl Drop for Running {
     fn drop(&mut self) {
-        // The channel keeps the waker of the task that last waited on it; closing it
-        // (`hold` below, the last sender once the call is done) would wake that task
-        // for nothing. A no-op waker takes its place (what the poll may take out of
-        // the channel would be dropped with it anyway).
-        let mut noop = std::task::Context::from_waker(std::task::Waker::noop());
-        let _ = self.up.poll_recv(&mut noop);
-        self.hold = None;
         self.cancel.cancel();
         // A call still running in the handler is cancelled in a task of its own: it
         // tells the backend (`notifications/cancelled`) and releases its place.
@@ -275,7 +261,6 @@ pub(super) async fn call(
     let guard = session.track(&upstream.id);
     let cancel = guard.token();
     let (tx, up) = mpsc::channel(64);
-    let hold = tx.clone();
     let sink: Sink = Arc::new(CallSink {
         tx,
         capabilities,
@@ -289,7 +274,6 @@ pub(super) async fn call(
     let running = Running {
         done,
         up,
-        hold: Some(hold),
         cancel,
         asked: 0,
     };
@@ -384,7 +368,7 @@ pub(super) async fn drive(
         };
         match up {
             None => {
-                // No sender left (not while `hold` lives): only the result can come.
+                // The sink is gone: only the result can come now.
                 let r = (&mut running.done).await;
                 return complete(&app, &method, binding.as_ref(), id, r, accepts);
             }
@@ -689,52 +673,4 @@ pub(super) fn stream(
         crate::front::http::SseKind::Response,
         tokio_stream::wrappers::ReceiverStream::new(rx).map(Ok::<_, std::convert::Infallible>),
     )
-}
-
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used)]
-    use super::{Done, Running, Up};
-    use crate::testkit::CountedWaker;
-    use std::task::{Context, Poll};
-    use tokio::sync::mpsc;
-    use tokio_util::sync::CancellationToken;
-
-    /// A `Running` of no call, its channel's sender given back.
-    fn idle_running() -> (Running, mpsc::Sender<Up>) {
-        let (sink, up) = mpsc::channel::<Up>(4);
-        let running = Running {
-            done: Done::Taken,
-            up,
-            hold: Some(sink.clone()),
-            cancel: CancellationToken::new(),
-            asked: 0,
-        };
-        (running, sink)
-    }
-
-    /// The handler waits on the call's channel while the call runs; the call's end
-    /// (its sink, a sender, dropped) and then the end of the `Running` do not wake
-    /// it: it is the task finishing that call, and a wake-up would only make the
-    /// runtime poll it again and rouse an idle worker.
-    #[test]
-    fn the_end_of_a_call_does_not_wake_its_handler() {
-        let (mut running, sink) = idle_running();
-        let (counted, waker) = CountedWaker::new();
-        let mut cx = Context::from_waker(&waker);
-        assert!(running.up.poll_recv(&mut cx).is_pending());
-        drop(sink); // the call ends
-        drop(running); // the handler answers
-        assert_eq!(counted.count(), 0, "woken for nothing");
-
-        // What the call sends before its end still wakes the handler.
-        let (mut running, sink) = idle_running();
-        assert!(running.up.poll_recv(&mut cx).is_pending());
-        sink.try_send(Up::Missing("sampling")).unwrap();
-        assert_eq!(counted.count(), 1);
-        assert!(matches!(
-            running.up.poll_recv(&mut cx),
-            Poll::Ready(Some(Up::Missing("sampling")))
-        ));
-    }
 }
