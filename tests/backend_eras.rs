@@ -375,11 +375,14 @@ async fn a_session_clients_subscription_to_a_stateless_backend_is_in_force_when_
             r.raw
         );
         let t = c.call_tool(json!(i), "touch", json!({"uri": uri})).await;
-        assert_eq!(
-            text_of(&t),
-            "touched 1",
-            "the backend had no listener for {uri}"
-        );
+        // At least one listen stream carries it. While Gantry replaces its listen
+        // stream (the new one opened before the old one ends, so nothing is missed
+        // in between), the backend may briefly count both.
+        let listeners: u32 = text_of(&t)
+            .strip_prefix("touched ")
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("unexpected touch answer: {t}"));
+        assert!(listeners >= 1, "the backend had no listener for {uri}");
         get.message_where(common::deadline(10), |m| {
             m["method"] == "notifications/resources/updated" && m["params"]["uri"] == uri.as_str()
         })
