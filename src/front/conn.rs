@@ -11,9 +11,10 @@
 //!
 //! Body reads are bounded where bodies are read ([`super::http::read_body`]).
 
+use super::own_wakes::{AbsorbOwnWakes, Spawner};
 use axum::extract::ConnectInfo;
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
 use std::future::Future as _;
@@ -95,7 +96,7 @@ pub(crate) async fn accept(
     };
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let refusing = Arc::new(Semaphore::new(MAX_REFUSING));
-    let mut builder = auto::Builder::new(TokioExecutor::new());
+    let mut builder = auto::Builder::new(Spawner);
     builder
         .http1()
         .timer(TokioTimer::new())
@@ -175,10 +176,35 @@ pub(crate) async fn accept(
 }
 
 /// Serves one connection until it ends, is told to finish (then finishes its
-/// exchange), or is killed.
+/// exchange), or is killed. Polled through [`AbsorbOwnWakes`]: hyper's dispatcher
+/// wakes its own task while it runs (the request body it hands the handler asks it
+/// for more, an answer it is polling is finished by the same poll), and without the
+/// wrapper each such wake-up costs a lone call a trip through the scheduler and an
+/// idle worker roused for nothing (BENCHMARKS.md).
 async fn serve_one<I, S>(
     io: I,
-    builder: &auto::Builder<TokioExecutor>,
+    builder: &auto::Builder<Spawner>,
+    svc: S,
+    finish: &CancellationToken,
+    kill: &CancellationToken,
+    peer: std::net::SocketAddr,
+) where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+    S: hyper::service::Service<
+            hyper::Request<Incoming>,
+            Response = hyper::Response<axum::body::Body>,
+        > + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    AbsorbOwnWakes::new(serve_conn(io, builder, svc, finish, kill, peer)).await;
+}
+
+async fn serve_conn<I, S>(
+    io: I,
+    builder: &auto::Builder<Spawner>,
     svc: S,
     finish: &CancellationToken,
     kill: &CancellationToken,
@@ -373,4 +399,63 @@ pub(crate) fn connection_cap(configured: usize) -> usize {
     usize::try_from(limit / 2)
         .unwrap_or(10_000)
         .clamp(16, 10_000)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::{serve_one, Spawner};
+    use crate::testkit::CountedWaker;
+    use hyper_util::rt::TokioIo;
+    use hyper_util::server::conn::auto;
+    use hyper_util::service::TowerToHyperService;
+    use std::future::Future as _;
+    use std::task::Context;
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    use tokio_util::sync::CancellationToken;
+
+    /// A request that is all there is served in one poll of its connection, and the
+    /// connection's task is not woken by its own work on the way (hyper's dispatcher
+    /// wakes itself when the handler reads the body; each such wake-up costs a lone
+    /// call a trip through the scheduler and a worker roused for nothing).
+    #[tokio::test]
+    async fn a_ready_request_is_answered_in_one_poll_without_waking_its_own_task() {
+        let app = axum::Router::new().route(
+            "/echo",
+            axum::routing::post(|body: bytes::Bytes| async move { body }),
+        );
+        let (mut client, server) = tokio::io::duplex(64 << 10);
+        client
+            .write_all(b"POST /echo HTTP/1.1\r\nhost: x\r\ncontent-length: 5\r\n\r\nhello")
+            .await
+            .unwrap();
+        let builder = auto::Builder::new(Spawner);
+        let (finish, kill) = (CancellationToken::new(), CancellationToken::new());
+        let peer = std::net::SocketAddr::from(([127, 0, 0, 1], 9));
+        let conn = serve_one(
+            TokioIo::new(server),
+            &builder,
+            TowerToHyperService::new(app),
+            &finish,
+            &kill,
+            peer,
+        );
+        let mut conn = std::pin::pin!(conn);
+        let (task, waker) = CountedWaker::new();
+        let polled = conn.as_mut().poll(&mut Context::from_waker(&waker));
+        assert!(polled.is_pending(), "a kept-alive connection stays open");
+
+        let mut answer = vec![0u8; 4096];
+        let n = tokio::time::timeout(std::time::Duration::from_secs(1), client.read(&mut answer))
+            .await
+            .unwrap()
+            .unwrap();
+        let answer = String::from_utf8_lossy(&answer[..n]).into_owned();
+        assert!(
+            answer.starts_with("HTTP/1.1 200") && answer.ends_with("hello"),
+            "{answer}"
+        );
+        assert_eq!(task.count(), 0, "the connection's task woke itself");
+        drop(client);
+    }
 }

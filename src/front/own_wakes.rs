@@ -1,17 +1,19 @@
-//! A request handler that is woken by its own work while it runs is polled again
+//! A connection's task that is woken by its own work while it runs is polled again
 //! right there, instead of through the runtime.
 //!
-//! A handler often finishes the very thing it waits for in the same poll: it reads a
-//! backend's answer off the connection it is polling and hands it to the channel it
-//! is also waiting on (an HTTP backend's POST, run beside the wait for its answer).
-//! The channel then wakes the handler's task while that task is running. Tokio
+//! A connection's task often finishes the very thing it waits for in the same poll:
+//! hyper's dispatcher hands the handler a request body that asks the dispatcher for
+//! more; a handler reads a backend's answer off the connection it is polling and
+//! hands it to the channel it is also waiting on (an HTTP backend's POST, run beside
+//! the wait for its answer). Each wakes the task while that task is running. Tokio
 //! counts such a wake-up as a yield: once the poll ends it queues the task again and
 //! rouses an idle worker thread to help, which wakes, finds nothing and sleeps
 //! again: about two futex calls and a context switch per call for nothing
-//! (BENCHMARKS.md). [`AbsorbOwnWakes`] polls the handler with a waker of its own
-//! that only notes a wake-up arriving during that poll; the handler is then polled
-//! once more at once. Wake-ups from anywhere else, at any other time, reach the task
-//! as before.
+//! (BENCHMARKS.md). [`AbsorbOwnWakes`] polls the connection (and, through
+//! [`Spawner`], each HTTP/2 stream hyper spawns) with a waker of its own that only
+//! notes a wake-up arriving during that poll; the future is then polled once more
+//! at once. Wake-ups from anywhere else, at any other time, reach the task as
+//! before.
 
 use futures::task::AtomicWaker;
 use std::future::Future;
@@ -24,6 +26,22 @@ use std::task::{Context, Poll, Wake, Waker};
 /// keeps waking itself (tokio's cooperative budget spent, a deliberate yield) gets
 /// its wake-up passed on after this many, and the task yields as it would have.
 const MAX_POLLS: usize = 3;
+
+/// The executor of the front's HTTP connections (hyper spawns each HTTP/2 stream
+/// on it): every future it spawns runs inside [`AbsorbOwnWakes`], as the
+/// connections themselves do ([`super::conn`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Spawner;
+
+impl<F> hyper::rt::Executor<F> for Spawner
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    fn execute(&self, fut: F) {
+        tokio::spawn(AbsorbOwnWakes::new(fut));
+    }
+}
 
 /// A future whose wake-ups during its own poll are taken as "poll again now".
 pub(super) struct AbsorbOwnWakes<F> {

@@ -65,10 +65,7 @@ pub(super) async fn mcp(State(app): State<Arc<App>>, req: HttpRequest) -> HttpRe
     super::edge::admit(&app, req, |req, principal| async move {
         let method = req.method().clone();
         match method {
-            // A POST usually finishes what it waits for in its own poll.
-            Method::POST => {
-                super::own_wakes::AbsorbOwnWakes::new(post(inner, principal, req)).await
-            }
+            Method::POST => post(inner, principal, req).await,
             Method::GET => get_stream(inner, &principal, req.headers()),
             Method::DELETE => delete(inner, &principal, req.headers()).await,
             _ => FrontError::MethodNotAllowed.into_response(),
