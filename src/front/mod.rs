@@ -15,7 +15,7 @@ mod http;
 mod legacy;
 
 mod origin;
-mod own_wakes;
+pub mod own_wakes;
 mod session_era;
 mod stateless;
 pub mod tls;

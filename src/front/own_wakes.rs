@@ -31,7 +31,7 @@ const MAX_POLLS: usize = 3;
 /// on it): every future it spawns runs inside [`AbsorbOwnWakes`], as the
 /// connections themselves do ([`super::conn`]).
 #[derive(Clone, Copy, Debug, Default)]
-pub(super) struct Spawner;
+pub struct Spawner;
 
 impl<F> hyper::rt::Executor<F> for Spawner
 where
@@ -44,7 +44,7 @@ where
 }
 
 /// A future whose wake-ups during its own poll are taken as "poll again now".
-pub(super) struct AbsorbOwnWakes<F> {
+pub struct AbsorbOwnWakes<F> {
     inner: Pin<Box<F>>,
     gate: Arc<Gate>,
 }
@@ -77,7 +77,8 @@ impl Wake for Gate {
 }
 
 impl<F: Future> AbsorbOwnWakes<F> {
-    pub(super) fn new(inner: F) -> Self {
+    /// `inner`, polled again at once when it wakes itself.
+    pub fn new(inner: F) -> Self {
         Self {
             inner: Box::pin(inner),
             gate: Arc::new(Gate {

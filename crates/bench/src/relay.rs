@@ -4,7 +4,8 @@
 //! HTTP or pipe exchange) rather than only against no hop at all.
 //!
 //! * `relay` (`--serve-relay stdio`): an HTTP server (axum, as Gantry and the direct
-//!   server use) in front of one stdio echo process shared by every client. Each
+//!   server use, its connections served as Gantry serves its own: see
+//!   [`serve_connections`]) in front of one stdio echo process shared by every client. Each
 //!   request's `id` is replaced by a number of the relay's own (spliced into the
 //!   original bytes: nothing is parsed beyond locating the id), written to the pipe,
 //!   and the answer line gets the client's id back the same way.
@@ -23,7 +24,6 @@ use anyhow::{Context, Result};
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::serve::ListenerExt;
 use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -67,9 +67,6 @@ pub(crate) fn serve(kind: &str, to: Option<&str>) -> Result<()> {
             .route("/mcp", axum::routing::post(post).delete(delete))
             .with_state(Arc::new(relay));
         eprintln!("relay listening on http://{addr}/mcp");
-        let listener = listener.tap_io(|tcp| {
-            let _ = tcp.set_nodelay(true);
-        });
         // SIGTERM (the bench's stop) or Ctrl-C: the echo processes go first.
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
             .context("cannot watch SIGTERM")?;
@@ -80,10 +77,30 @@ pub(crate) fn serve(kind: &str, to: Option<&str>) -> Result<()> {
             }
             exit_now();
         });
-        axum::serve(listener, app)
-            .await
-            .context("HTTP server failed")
+        serve_connections(listener, app).await
     })
+}
+
+/// Accepts connections and serves each on a task of its own, inside Gantry's
+/// `AbsorbOwnWakes` as Gantry's own are: hyper's dispatcher wakes its own task on
+/// every exchange, and a relay that paid for that (as `axum::serve` does) would put
+/// the floor above what a gateway must spend.
+async fn serve_connections(listener: tokio::net::TcpListener, app: axum::Router) -> Result<()> {
+    loop {
+        let Ok((tcp, _)) = listener.accept().await else {
+            // Out of descriptors, say: the connections open go on.
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        };
+        let _ = tcp.set_nodelay(true);
+        let svc = hyper_util::service::TowerToHyperService::new(app.clone());
+        tokio::spawn(gantry::front::own_wakes::AbsorbOwnWakes::new(async move {
+            let io = hyper_util::rt::TokioIo::new(tcp);
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(io, svc)
+                .await;
+        }));
+    }
 }
 
 /// The echo processes alive, by pid. They end with their stdin, but only once they
