@@ -199,47 +199,29 @@ async fn serve_one<I, S>(
     S::Future: Send + 'static,
     S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    AbsorbOwnWakes::new(serve_conn(io, builder, svc, finish, kill, peer)).await;
-}
-
-async fn serve_conn<I, S>(
-    io: I,
-    builder: &auto::Builder<Spawner>,
-    svc: S,
-    finish: &CancellationToken,
-    kill: &CancellationToken,
-    peer: std::net::SocketAddr,
-) where
-    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
-    S: hyper::service::Service<
-            hyper::Request<Incoming>,
-            Response = hyper::Response<axum::body::Body>,
-        > + Clone
-        + Send
-        + 'static,
-    S::Future: Send + 'static,
-    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    let conn = builder.serve_connection(io, svc);
-    tokio::pin!(conn);
-    let finished = tokio::select! {
-        r = conn.as_mut() => Some(r),
-        _ = finish.cancelled() => None,
-        _ = kill.cancelled() => return,
-    };
-    let result = match finished {
-        Some(r) => r,
-        None => {
-            conn.as_mut().graceful_shutdown();
-            tokio::select! {
-                r = conn.as_mut() => r,
-                _ = kill.cancelled() => return,
+    AbsorbOwnWakes::new(async move {
+        let conn = builder.serve_connection(io, svc);
+        tokio::pin!(conn);
+        let finished = tokio::select! {
+            r = conn.as_mut() => Some(r),
+            _ = finish.cancelled() => None,
+            _ = kill.cancelled() => return,
+        };
+        let result = match finished {
+            Some(r) => r,
+            None => {
+                conn.as_mut().graceful_shutdown();
+                tokio::select! {
+                    r = conn.as_mut() => r,
+                    _ = kill.cancelled() => return,
+                }
             }
+        };
+        if let Err(e) = result {
+            tracing::debug!(%peer, error = %e, "connection ended with an error");
         }
-    };
-    if let Err(e) = result {
-        tracing::debug!(%peer, error = %e, "connection ended with an error");
-    }
+    })
+    .await;
 }
 
 /// Answers a connection over the cap: `200` for a liveness probe (the process is
