@@ -1151,56 +1151,9 @@ async fn cors_for_allowed_origins() {
 /// called over one connection as over HTTP/1.1.
 #[tokio::test]
 async fn a_session_works_over_http2_with_prior_knowledge() {
-    use http_body_util::{BodyExt as _, Full};
     let g = Gantry::with_config(&config_with(""));
-    let addr = g.base.trim_start_matches("http://").to_owned();
-    let tcp = tokio::net::TcpStream::connect(&addr).await.unwrap();
-    let (mut h2, conn) = hyper::client::conn::http2::handshake(
-        hyper_util::rt::TokioExecutor::new(),
-        hyper_util::rt::TokioIo::new(tcp),
-    )
-    .await
-    .unwrap();
-    tokio::spawn(conn);
-    let url: hyper::Uri = g.url.parse().unwrap();
-    let mut session: Option<String> = None;
-    let mut exchange = async |body: String| {
-        let mut req = hyper::Request::post(url.clone())
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream");
-        if let Some(s) = &session {
-            req = req
-                .header("mcp-session-id", s)
-                .header("mcp-protocol-version", "2025-11-25");
-        }
-        let req = req.body(Full::new(bytes::Bytes::from(body))).unwrap();
-        let resp = tokio::time::timeout(Duration::from_secs(10), h2.send_request(req))
-            .await
-            .expect("an answer over HTTP/2 within 10 s")
-            .unwrap();
-        let status = resp.status();
-        if let Some(s) = resp.headers().get("mcp-session-id") {
-            session = Some(s.to_str().unwrap().to_owned());
-        }
-        let body = tokio::time::timeout(Duration::from_secs(10), resp.into_body().collect())
-            .await
-            .expect("the body within 10 s")
-            .unwrap()
-            .to_bytes();
-        (status, String::from_utf8_lossy(&body).into_owned())
-    };
-    let init = rpc(
-        json!(1),
-        "initialize",
-        json!({"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"h2","version":"0"}}),
-    );
-    let (status, body) = exchange(init).await;
-    assert_eq!(status, 200, "{body}");
-    assert!(body.contains("\"protocolVersion\""), "{body}");
-    let note = json!({"jsonrpc":"2.0","method":"notifications/initialized"}).to_string();
-    let (status, body) = exchange(note).await;
-    assert_eq!(status, 202, "{body}");
-    let (status, body) = exchange(echo(json!(2), "over h2")).await;
-    assert_eq!(status, 200, "{body}");
-    assert!(body.contains("over h2"), "{body}");
+    let tcp = tokio::net::TcpStream::connect(g.base.trim_start_matches("http://"))
+        .await
+        .unwrap();
+    common::h2::session_over(tcp, &g.url, "over h2").await;
 }

@@ -53,6 +53,9 @@ async fn gantry_serves_https_and_a_renewed_certificate_to_new_connections() {
     assert!(cn.contains("first"));
     let (proto, _) = pki.handshake(&addr(&g), &[b"http/1.1"]).await;
     assert_eq!(proto.as_deref(), Some(&b"http/1.1"[..]));
+    // MCP over the HTTP/2 that ALPN chose.
+    let h2 = pki.connect(&addr(&g), &[b"h2"]).await;
+    common::h2::session_over(h2, &g.url, "tls over h2").await;
     // Plain HTTP on the TLS port gets nothing useful.
     let plain = reqwest::Client::new()
         .get(format!("http://{}/healthz", addr(&g)))

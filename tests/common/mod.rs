@@ -46,6 +46,7 @@ pub(crate) struct Gantry {
     _dir: Option<tempdir::TempDir>,
 }
 
+pub mod h2;
 pub mod oidc;
 pub mod pki;
 pub mod redis;

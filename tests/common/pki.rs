@@ -70,9 +70,12 @@ impl Pki {
             .unwrap()
     }
 
-    /// A TLS handshake with Gantry offering `alpn`: the protocol it chose and the
-    /// common name of the certificate it served.
-    pub async fn handshake(&self, addr: &str, alpn: &[&[u8]]) -> (Option<Vec<u8>>, String) {
+    /// A TLS connection to Gantry offering `alpn`.
+    pub async fn connect(
+        &self,
+        addr: &str,
+        alpn: &[&[u8]],
+    ) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
         let mut roots = rustls::RootCertStore::empty();
         roots.add(self.ca.der().clone()).unwrap();
         let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -84,10 +87,16 @@ impl Pki {
         cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
         let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
         let name = rustls_pki_types::ServerName::try_from("localhost").unwrap();
-        let tls = tokio_rustls::TlsConnector::from(Arc::new(cfg))
+        tokio_rustls::TlsConnector::from(Arc::new(cfg))
             .connect(name, tcp)
             .await
-            .unwrap();
+            .unwrap()
+    }
+
+    /// A TLS handshake with Gantry offering `alpn`: the protocol it chose and the
+    /// common name of the certificate it served.
+    pub async fn handshake(&self, addr: &str, alpn: &[&[u8]]) -> (Option<Vec<u8>>, String) {
+        let tls = self.connect(addr, alpn).await;
         let (_, conn) = tls.get_ref();
         let cert = conn.peer_certificates().unwrap()[0].clone();
         let cn = String::from_utf8_lossy(cert.as_ref()).into_owned();
