@@ -49,6 +49,9 @@ pub(super) struct Session {
     creds: Option<Arc<super::credentials::ClientCredentials>>,
     id: RwLock<Option<HeaderValue>>,
     version: RwLock<Option<HeaderValue>>,
+    /// The headers every POST starts from ([`Session::post_headers`]), built once
+    /// and again when the session id or protocol version becomes known.
+    post_headers: RwLock<Option<HeaderMap>>,
     /// Cancelled when the backend says the session is gone.
     expired: CancellationToken,
     /// The backend speaks the stateless era: no session, per-request headers, and a
@@ -58,10 +61,6 @@ pub(super) struct Session {
 
 fn read<T: Clone>(l: &RwLock<Option<T>>) -> Option<T> {
     l.read().clone()
-}
-
-fn write<T>(l: &RwLock<Option<T>>, v: T) {
-    *l.write() = Some(v);
 }
 
 impl Session {
@@ -76,6 +75,32 @@ impl Session {
             h.insert(PROTOCOL_VERSION, v);
         }
         h
+    }
+
+    /// What every POST carries: [`Session::headers`], `Content-Type` and `Accept`
+    /// (kept, not rebuilt for each message).
+    fn post_headers(&self) -> HeaderMap {
+        if let Some(h) = self.post_headers.read().as_ref() {
+            return h.clone();
+        }
+        // Built under the lock: a session id learned meanwhile clears the map only
+        // after this one is in place, so a map without it is never kept.
+        let mut kept = self.post_headers.write();
+        if let Some(h) = kept.as_ref() {
+            return h.clone();
+        }
+        let mut h = self.headers();
+        h.insert(CONTENT_TYPE, JSON);
+        h.insert(ACCEPT, JSON_OR_SSE);
+        *kept = Some(h.clone());
+        h
+    }
+
+    /// Records the backend's session id or protocol version (`slot`), which the
+    /// headers of the next requests carry.
+    fn learn(&self, slot: &RwLock<Option<HeaderValue>>, v: HeaderValue) {
+        *slot.write() = Some(v);
+        *self.post_headers.write() = None;
     }
 
     /// Sends one request, with Gantry's token when `http.oauth` is set (a token that
@@ -122,7 +147,7 @@ impl Session {
                 .get(SESSION_ID)
                 .filter(|v| !v.is_empty() && v.as_bytes().iter().all(|b| (0x21..=0x7e).contains(b)))
             {
-                write(&self.id, id.clone());
+                self.learn(&self.id, id.clone());
             }
         }
     }
@@ -201,13 +226,13 @@ impl Session {
             }
         };
         let had_session = read(&self.id).is_some();
-        let mut headers = self.headers();
+        let mut headers = self.post_headers();
         self.stateless_headers(&mut headers, &line, &extra);
+        // Per-message headers (`Mcp-Method`, `Mcp-Name`, `Mcp-Param-*`, trace
+        // context): none of them is `Content-Type` or `Accept`.
         for (k, v) in extra {
             headers.append(k, v);
         }
-        headers.insert(CONTENT_TYPE, JSON);
-        headers.insert(ACCEPT, JSON_OR_SSE);
         let len = line.len();
         let body = Bytes::from(line);
         let retry_headers = self.creds.as_ref().map(|_| headers.clone());
@@ -564,6 +589,7 @@ impl Transport for Http {
             creds: self.creds.clone(),
             id: RwLock::new(None),
             version: RwLock::new(None),
+            post_headers: RwLock::new(None),
             expired: CancellationToken::new(),
             stateless: std::sync::atomic::AtomicBool::new(false),
         });
@@ -577,7 +603,7 @@ impl Transport for Http {
                 let r = handshake(&session.core, gen).await;
                 if let Ok(info) = &r {
                     if let Ok(v) = HeaderValue::from_str(&info.protocol_version) {
-                        write(&session.version, v);
+                        session.learn(&session.version, v);
                     }
                     if info.is_stateless() {
                         session
@@ -587,9 +613,7 @@ impl Transport for Http {
                         return;
                     }
                     let note = Notification::new("notifications/initialized", None).to_json();
-                    let mut h = session.headers();
-                    h.insert(CONTENT_TYPE, JSON);
-                    h.insert(ACCEPT, JSON_OR_SSE);
+                    let h = session.post_headers();
                     match session.exchange(Method::POST, h, Bytes::from(note)).await {
                         Ok((resp, mut lease)) => {
                             let max = session.core.max_message_bytes;
