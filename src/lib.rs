@@ -6,6 +6,7 @@
 pub mod auth;
 pub mod bounded;
 pub mod call;
+pub mod cancel;
 pub mod config;
 pub mod fault;
 

@@ -202,10 +202,13 @@ async fn serve_one<I, S>(
     AbsorbOwnWakes::new(async move {
         let conn = builder.serve_connection(io, svc);
         tokio::pin!(conn);
+        // Polled with the connection, so registered once (`Cancelled`), not on
+        // each of the connection's polls.
+        let mut killed = std::pin::pin!(crate::cancel::Cancelled::new(kill));
         let finished = tokio::select! {
             r = conn.as_mut() => Some(r),
-            _ = finish.cancelled() => None,
-            _ = kill.cancelled() => return,
+            () = crate::cancel::Cancelled::new(finish) => None,
+            () = killed.as_mut() => return,
         };
         let result = match finished {
             Some(r) => r,
@@ -213,7 +216,7 @@ async fn serve_one<I, S>(
                 conn.as_mut().graceful_shutdown();
                 tokio::select! {
                     r = conn.as_mut() => r,
-                    _ = kill.cancelled() => return,
+                    () = killed.as_mut() => return,
                 }
             }
         };

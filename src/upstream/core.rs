@@ -448,7 +448,7 @@ impl Core {
         };
         let mut posted = session.is_none();
         let post = match session {
-            Some(s) => Some(s.post(msg)),
+            Some(s) => Some(s.post_in_call(msg)),
             None if self.direct => None,
             None => {
                 if self.out.send(msg).await.is_err() {
@@ -462,6 +462,7 @@ impl Core {
         let mut post = post.map(Box::pin);
         let mut guard = guard;
         let mut rx = rx;
+        let mut cancelled = std::pin::pin!(crate::cancel::Cancelled::new(cancel));
         let answer = loop {
             let posting = async {
                 match post.as_mut() {
@@ -477,7 +478,7 @@ impl Core {
                     drop(guard);
                     return Err(UpstreamError::Timeout { backend: self.name.clone(), after: timeout });
                 }
-                _ = cancel.cancelled() => {
+                () = cancelled.as_mut() => {
                     guard.reason = "cancelled by the client";
                     drop(guard);
                     return Err(UpstreamError::Cancelled);

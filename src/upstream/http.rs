@@ -109,6 +109,26 @@ impl Session {
     async fn exchange(
         &self,
         method: Method,
+        headers: HeaderMap,
+        body: Bytes,
+    ) -> Result<(http::Response<hyper::body::Incoming>, Lease), ClientError> {
+        let after = self.core.request_timeout;
+        tokio::time::timeout(after, self.exchange_untimed(method, headers, body))
+            .await
+            // The message is written only when it is needed (`unwrap_or` formatted it
+            // on every request).
+            .unwrap_or_else(|_| {
+                Err(ClientError::Http(format!(
+                    "no response within {}",
+                    crate::telemetry::human(after)
+                )))
+            })
+    }
+
+    /// [`Session::exchange`] without a deadline of its own, for a caller that has one.
+    async fn exchange_untimed(
+        &self,
+        method: Method,
         mut headers: HeaderMap,
         body: Bytes,
     ) -> Result<(http::Response<hyper::body::Incoming>, Lease), ClientError> {
@@ -127,17 +147,7 @@ impl Session {
                 }
             }
         }
-        let after = self.core.request_timeout;
-        tokio::time::timeout(after, self.client.send(method, headers, body))
-            .await
-            // The message is written only when it is needed (`unwrap_or` formatted it
-            // on every request).
-            .unwrap_or_else(|_| {
-                Err(ClientError::Http(format!(
-                    "no response within {}",
-                    crate::telemetry::human(after)
-                )))
-            })
+        self.client.send(method, headers, body).await
     }
 
     fn remember_session_id(&self, resp: &http::Response<hyper::body::Incoming>) {
@@ -214,6 +224,17 @@ impl Session {
 
     /// POSTs one message and relays whatever comes back.
     pub(super) async fn post(self: Arc<Self>, msg: Outgoing) {
+        self.post_timed(msg, true).await;
+    }
+
+    /// [`Session::post`] of a request whose caller awaits it beside the request's
+    /// own deadline (`Core::send_request`), which bounds the exchange: one timer per
+    /// call, not two.
+    pub(super) async fn post_in_call(self: Arc<Self>, msg: Outgoing) {
+        self.post_timed(msg, false).await;
+    }
+
+    async fn post_timed(self: Arc<Self>, msg: Outgoing, timed: bool) {
         let Outgoing {
             line,
             request_id,
@@ -236,12 +257,20 @@ impl Session {
         let len = line.len();
         let body = Bytes::from(line);
         let retry_headers = self.creds.as_ref().map(|_| headers.clone());
-        let mut resp = self.exchange(Method::POST, headers, body.clone()).await;
+        let this = &self;
+        let exchange = |headers, body| async move {
+            if timed {
+                this.exchange(Method::POST, headers, body).await
+            } else {
+                this.exchange_untimed(Method::POST, headers, body).await
+            }
+        };
+        let mut resp = exchange(headers, body.clone()).await;
         // A 401 with Gantry's own token: fetched anew, sent once more.
         if let (Some(c), Some(h), Ok((r, _))) = (&self.creds, retry_headers, &resp) {
             if r.status() == StatusCode::UNAUTHORIZED {
                 c.refused().await;
-                resp = self.exchange(Method::POST, h, body).await;
+                resp = exchange(h, body).await;
             }
         }
         let (resp, mut lease) = match resp {
@@ -350,10 +379,11 @@ impl Session {
         retry: &mut Duration,
     ) -> bool {
         let mut parser = sse::Parser::new(self.core.max_message_bytes);
+        let mut expired = std::pin::pin!(crate::cancel::Cancelled::new(&self.expired));
         loop {
             let frame = tokio::select! {
                 f = lease.frame(&mut body) => f,
-                _ = self.expired.cancelled() => return false,
+                () = expired.as_mut() => return false,
             };
             let chunk = match frame {
                 None => return true,
