@@ -366,6 +366,66 @@ async fn two_hundred_sessions_with_colliding_ids_progress_and_cancellation() {
     );
 }
 
+/// A session that ends (DELETE) with a call in flight on a shared backend: the call
+/// is cancelled upstream at once, not left running for the backend's own time, and
+/// the other session's call on the same backend goes on.
+#[tokio::test]
+async fn ending_a_session_cancels_its_calls_upstream() {
+    let dir = Scratch::new("end-cancels");
+    let record = dir.file("received.jsonl");
+    let g = Gantry::with_config(&format!(
+        "[[backends]]\nname = \"example\"\nsession_mode = \"shared\"\n\
+         stdio = {{ command = {:?}, env = {{ MB_RECORD = {:?} }} }}\n",
+        example_bin().to_str().unwrap(),
+        record.to_str().unwrap()
+    ));
+    let (mut ending, mut staying) = (g.client(), g.client());
+    ending.initialize().await;
+    staying.initialize().await;
+    let slow = |ms: u64| {
+        json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"slow","arguments":{"ms":ms}}}).to_string()
+    };
+    let doomed = ending.post_builder().body(slow(5000)).send().await.unwrap();
+    let kept = staying.post_builder().body(slow(800)).send().await.unwrap();
+    assert!(ending.delete().await.status().is_success());
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let upstream_ids = loop {
+        let msgs = recorded(&record);
+        let ids: Vec<Value> = msgs
+            .iter()
+            .filter(|m| m["method"] == "tools/call" && m["params"]["name"] == "slow")
+            .map(|m| (m["params"]["arguments"]["ms"].clone(), m["id"].clone()))
+            .filter(|(ms, _)| ms == 5000)
+            .map(|(_, id)| id)
+            .collect();
+        let cancelled = msgs.iter().any(|m| {
+            m["method"] == "notifications/cancelled" && ids.contains(&m["params"]["requestId"])
+        });
+        if cancelled {
+            break ids;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the ended session's call was not cancelled upstream: {msgs:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(upstream_ids.len(), 1, "{upstream_ids:?}");
+    let r = Client::read(kept).await;
+    assert!(
+        r.response(&json!(1)).is_some(),
+        "the other session's call: {}",
+        r.raw
+    );
+    let r = Client::read(doomed).await;
+    assert!(
+        r.response(&json!(1))
+            .is_none_or(|m| m.get("error").is_some()),
+        "{}",
+        r.raw
+    );
+}
+
 /// `per-user`: one backend process per principal, shared by that principal's
 /// sessions, and gone when the principal's last session ends.
 #[tokio::test]

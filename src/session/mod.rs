@@ -23,7 +23,7 @@ use dashmap::DashMap;
 use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use rand::RngCore;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
@@ -63,12 +63,13 @@ pub struct Session {
     /// The standalone stream (GET; for legacy sessions, the one SSE connection).
     pub standalone: Arc<EventStream>,
     streams: Mutex<StreamTable>,
-    asks: Mutex<HashMap<u64, oneshot::Sender<ClientAnswer>>>,
+    asks: Mutex<crate::FastMap<u64, oneshot::Sender<ClientAnswer>>>,
     next_ask: AtomicU64,
-    inflight: Mutex<HashMap<String, Vec<(u64, CancellationToken)>>>,
+    inflight: Mutex<Inflight>,
     next_track: AtomicU64,
     inflight_count: AtomicUsize,
-    /// Cancelled when the session ends.
+    /// Cancelled when the session ends ([`Session::end`], which also cancels the
+    /// requests in flight: their tokens are not its children).
     pub cancel: CancellationToken,
     last_seen: Mutex<Instant>,
     event_buffer: usize,
@@ -80,7 +81,7 @@ pub struct Session {
 }
 
 struct StreamTable {
-    map: HashMap<u64, Arc<EventStream>>,
+    map: crate::FastMap<u64, Arc<EventStream>>,
     order: VecDeque<u64>,
     next: u64,
 }
@@ -96,13 +97,13 @@ impl Session {
             route: OnceLock::new(),
             standalone: Arc::new(EventStream::new(0, event_buffer)),
             streams: Mutex::new(StreamTable {
-                map: HashMap::new(),
+                map: crate::FastMap::default(),
                 order: VecDeque::new(),
                 next: 1,
             }),
-            asks: Mutex::new(HashMap::new()),
+            asks: Mutex::new(crate::FastMap::default()),
             next_ask: AtomicU64::new(1),
-            inflight: Mutex::new(HashMap::new()),
+            inflight: Mutex::new(crate::FastMap::default()),
             next_track: AtomicU64::new(1),
             inflight_count: AtomicUsize::new(0),
             cancel: CancellationToken::new(),
@@ -218,18 +219,30 @@ impl Session {
     }
 
     /// Registers a request in flight so `notifications/cancelled` can reach it.
+    ///
+    /// Its token is a token of its own, not a child of the session's: a child costs a
+    /// lock of the session's token on creation and another on drop, on every call.
+    /// [`Session::end`] cancels the tracked tokens instead. Both sides look at the
+    /// session's token under the in-flight lock, and `end` sets it before it takes
+    /// that lock, so a request tracked while the session ends is cancelled either way.
     pub fn track(self: &Arc<Self>, id: &RequestId) -> InflightGuard {
-        let token = self.cancel.child_token();
+        let token = CancellationToken::new();
         let n = self.next_track.fetch_add(1, Ordering::Relaxed);
-        self.inflight
-            .lock()
-            .entry(id.key().to_owned())
-            .or_default()
-            .push((n, token.clone()));
+        let key: Arc<str> = Arc::from(id.key());
+        {
+            let mut inflight = self.inflight.lock();
+            inflight
+                .entry(key.clone())
+                .or_default()
+                .push((n, token.clone()));
+            if self.cancel.is_cancelled() {
+                token.cancel();
+            }
+        }
         self.inflight_count.fetch_add(1, Ordering::Relaxed);
         InflightGuard {
             session: self.clone(),
-            key: id.key().to_owned(),
+            key,
             n,
             token,
         }
@@ -280,6 +293,9 @@ impl Session {
     /// the caller (see [`SessionStore::end`]).
     fn end(&self) {
         self.cancel.cancel();
+        for (_, t) in self.inflight.lock().values().flatten() {
+            t.cancel();
+        }
         self.standalone.close();
         for s in self.streams.lock().map.values() {
             s.close();
@@ -288,10 +304,14 @@ impl Session {
     }
 }
 
+/// The client requests in flight, by id (as written): each one's tracking number
+/// and token.
+type Inflight = crate::FastMap<Arc<str>, Vec<(u64, CancellationToken)>>;
+
 /// Unregisters an in-flight request when dropped.
 pub struct InflightGuard {
     session: Arc<Session>,
-    key: String,
+    key: Arc<str>,
     n: u64,
     token: CancellationToken,
 }
@@ -408,7 +428,7 @@ const PROMPT_CLOSE: Duration = Duration::from_secs(1);
 
 /// All live sessions.
 pub struct SessionStore {
-    map: DashMap<String, Arc<Session>>,
+    map: DashMap<String, Arc<Session>, foldhash::fast::RandomState>,
     max: usize,
     idle: Duration,
     event_buffer: usize,
@@ -424,7 +444,7 @@ impl SessionStore {
     /// within `quota`.
     pub fn new(max: usize, idle: Duration, event_buffer: usize, quota: QuotaConfig) -> Self {
         Self {
-            map: DashMap::new(),
+            map: DashMap::default(),
             max,
             idle,
             event_buffer,

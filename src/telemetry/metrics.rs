@@ -134,7 +134,7 @@ pub struct Metrics {
     /// Time to answer a tool call, by backend and tool.
     tool_latency: HistogramVec,
     /// Tool label values in use (bounded: beyond `MAX_TOOL_LABELS`, `other`).
-    tool_labels: parking_lot::Mutex<std::collections::HashSet<String>>,
+    tool_labels: parking_lot::Mutex<crate::FastSet<String>>,
     /// `requests` and `latency` per method label (`METHODS`, then `other`).
     by_method: Vec<MethodSeries>,
 }
@@ -455,7 +455,7 @@ impl Metrics {
             catalog_conflicts,
             tool_calls,
             tool_latency,
-            tool_labels: parking_lot::Mutex::new(std::collections::HashSet::new()),
+            tool_labels: parking_lot::Mutex::new(crate::FastSet::default()),
             by_method,
         })
     }

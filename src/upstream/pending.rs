@@ -11,7 +11,6 @@ use crate::call::Sink;
 use crate::jsonrpc::Response;
 use parking_lot::Mutex;
 use serde_json::Value;
-use std::collections::HashMap;
 use tokio::sync::oneshot;
 
 /// One request waiting for the backend's answer.
@@ -31,7 +30,7 @@ pub(super) struct Pending {
 /// The requests in flight on one connection.
 #[derive(Default)]
 pub(super) struct PendingTable {
-    map: Mutex<HashMap<u64, Pending>>,
+    map: Mutex<crate::FastMap<u64, Pending>>,
 }
 
 impl PendingTable {
