@@ -31,6 +31,17 @@ fn shared_session_era_config(extra: &str) -> String {
     )
 }
 
+/// Gantry with one `shared` example backend that records every message it receives
+/// into `record` (read with `recorded`).
+fn shared_recorded(record: &std::path::Path) -> Gantry {
+    Gantry::with_config(&format!(
+        "[[backends]]\nname = \"example\"\nsession_mode = \"shared\"\n\
+         stdio = {{ command = {:?}, env = {{ MB_RECORD = {:?} }} }}\n",
+        example_bin().to_str().unwrap(),
+        record.to_str().unwrap()
+    ))
+}
+
 async fn sessions(g: &Gantry, n: usize, caps: Value) -> Vec<Client> {
     let mut out = Vec::new();
     for _ in 0..n {
@@ -260,12 +271,7 @@ async fn server_requests_go_to_the_only_caller_and_never_to_a_guess() {
 async fn two_hundred_sessions_with_colliding_ids_progress_and_cancellation() {
     let dir = Scratch::new("two-hundred");
     let record = dir.file("received.jsonl");
-    let g = Gantry::with_config(&format!(
-        "[[backends]]\nname = \"example\"\nsession_mode = \"shared\"\n\
-         stdio = {{ command = {:?}, env = {{ MB_RECORD = {:?} }} }}\n",
-        example_bin().to_str().unwrap(),
-        record.to_str().unwrap()
-    ));
+    let g = shared_recorded(&record);
     let clients = futures::future::join_all((0..200).map(|_| async {
         let mut c = g.client();
         c.initialize().await;
@@ -373,12 +379,7 @@ async fn two_hundred_sessions_with_colliding_ids_progress_and_cancellation() {
 async fn ending_a_session_cancels_its_calls_upstream() {
     let dir = Scratch::new("end-cancels");
     let record = dir.file("received.jsonl");
-    let g = Gantry::with_config(&format!(
-        "[[backends]]\nname = \"example\"\nsession_mode = \"shared\"\n\
-         stdio = {{ command = {:?}, env = {{ MB_RECORD = {:?} }} }}\n",
-        example_bin().to_str().unwrap(),
-        record.to_str().unwrap()
-    ));
+    let g = shared_recorded(&record);
     let (mut ending, mut staying) = (g.client(), g.client());
     ending.initialize().await;
     staying.initialize().await;
