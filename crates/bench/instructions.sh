@@ -31,26 +31,41 @@ bench=$(dirname "$gantry")/gantry-bench
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-# gantry-bench starts "gantry" itself: a wrapper of the same name runs it under
-# callgrind. The supervisor re-executes itself as the gateway; that child is the one
-# measured. Backends (gantry-bench itself) run natively.
-wrapper=$work/$(basename "$gantry")
-cat >"$wrapper" <<EOF
+if [[ $mode == relay* ]]; then
+    # The bench's relays are gantry-bench itself (`--serve-relay`), started by the
+    # bench: the bench runs under valgrind, uninstrumented, with its children but the
+    # backends; only the relay is counted. The load generator is slowed by valgrind,
+    # so fewer calls are counted, each as many instructions as natively.
+    valgrind --tool=callgrind --trace-children=yes \
+        --trace-children-skip-by-arg='*--serve-direct*,*--serve-stdio-echo*' \
+        --instr-atstart=no --callgrind-out-file="$work/cg.%p" \
+        "$bench" --gantry "$gantry" --duration 30s --warmup 10s --clients "$clients" \
+        --payloads "$payload" --modes "$mode" --idle-sessions 0 "$@" >"$work/bench.out" 2>&1 &
+    load=$!
+    sleep 25
+    gateway=$(pgrep -f -- "--serve-relay" | head -1 || true)
+else
+    # gantry-bench starts "gantry" itself: a wrapper of the same name runs it under
+    # callgrind. The supervisor re-executes itself as the gateway; that child is the one
+    # measured. Backends (gantry-bench itself) run natively.
+    wrapper=$work/$(basename "$gantry")
+    cat >"$wrapper" <<EOF
 #!/usr/bin/env bash
 exec valgrind --tool=callgrind --trace-children=yes --trace-children-skip='*gantry-bench*' \
     --instr-atstart=no --callgrind-out-file=$work/cg.%p "$gantry" "\$@"
 EOF
-chmod +x "$wrapper"
+    chmod +x "$wrapper"
 
-"$bench" --gantry "$wrapper" --duration 14s --warmup 4s --clients "$clients" \
-    --payloads "$payload" --modes "$mode" --idle-sessions 0 "$@" >"$work/bench.out" 2>&1 &
-load=$!
-sleep 10
-gateway=
-for p in $(pgrep -f "callgrind.*$(basename "$gantry")" || true); do
-    parent=$(ps -o ppid= -p "$p" | tr -d ' ')
-    if ps -o cmd= -p "$parent" | grep -q callgrind; then gateway=$p; fi
-done
+    "$bench" --gantry "$wrapper" --duration 14s --warmup 4s --clients "$clients" \
+        --payloads "$payload" --modes "$mode" --idle-sessions 0 "$@" >"$work/bench.out" 2>&1 &
+    load=$!
+    sleep 10
+    gateway=
+    for p in $(pgrep -f "callgrind.*$(basename "$gantry")" || true); do
+        parent=$(ps -o ppid= -p "$p" | tr -d ' ')
+        if ps -o cmd= -p "$parent" | grep -q callgrind; then gateway=$p; fi
+    done
+fi
 if [[ -z $gateway ]]; then
     wait $load || true
     echo "instructions.sh: the gateway process was not found; gantry-bench said:" >&2
