@@ -47,6 +47,9 @@ impl Parser {
     }
 
     /// Feeds bytes; returns the events completed by them.
+    ///
+    /// A line that arrives whole is read where it lies; only a line split across
+    /// feeds is gathered (its start kept until its end comes).
     pub fn feed(&mut self, mut bytes: &[u8]) -> Result<Vec<Event>, SseError> {
         let mut out = Vec::new();
         while !bytes.is_empty() {
@@ -57,27 +60,33 @@ impl Parser {
                     continue;
                 }
             }
-            match memchr::memchr2(b'\n', b'\r', bytes) {
-                Some(i) => {
-                    let (line, rest) = bytes.split_at(i);
-                    self.buf.extend_from_slice(line);
-                    if rest.first() == Some(&b'\r') {
-                        self.skip_lf = true;
-                    }
-                    bytes = rest.get(1..).unwrap_or_default();
-                    let line = std::mem::take(&mut self.buf);
-                    if let Some(ev) = self.line(&line)? {
-                        out.push(ev);
-                    }
+            let Some(i) = memchr::memchr2(b'\n', b'\r', bytes) else {
+                self.buf.extend_from_slice(bytes);
+                if self.buf.len() + self.size > self.max {
+                    return Err(SseError::TooLarge(self.max));
                 }
-                None => {
-                    self.buf.extend_from_slice(bytes);
-                    if self.buf.len() + self.size > self.max {
-                        return Err(SseError::TooLarge(self.max));
-                    }
-                    bytes = &[];
-                }
+                break;
+            };
+            let (line, rest) = bytes.split_at(i);
+            if rest.first() == Some(&b'\r') {
+                self.skip_lf = true;
             }
+            bytes = rest.get(1..).unwrap_or_default();
+            let ev = if self.buf.is_empty() {
+                self.line(line)?
+            } else {
+                let mut whole = std::mem::take(&mut self.buf);
+                whole.extend_from_slice(line);
+                let ev = self.line(&whole);
+                // The buffer is kept for the next split line unless one very long
+                // line made it large.
+                if whole.capacity() <= KEPT_BUFFER {
+                    whole.clear();
+                    self.buf = whole;
+                }
+                ev?
+            };
+            out.extend(ev);
         }
         Ok(out)
     }
@@ -97,35 +106,53 @@ impl Parser {
         if line.first() == Some(&b':') {
             return Ok(None);
         }
-        let text = String::from_utf8_lossy(line);
-        let (field, value) = match text.find(':') {
+        // The field is what precedes the first colon, the value what follows it and
+        // one space. A colon is ASCII, so decoding the two parts apart reads the same
+        // text as decoding the line (invalid UTF-8 becomes U+FFFD either way); valid
+        // text, nearly always, is checked by the vectorized `from_utf8` alone.
+        let (field, value) = match memchr::memchr(b':', line) {
             Some(i) => {
-                let v = text.get(i + 1..).unwrap_or_default();
+                let v = line.get(i + 1..).unwrap_or_default();
                 (
-                    text.get(..i).unwrap_or_default(),
-                    v.strip_prefix(' ').unwrap_or(v),
+                    line.get(..i).unwrap_or_default(),
+                    v.strip_prefix(b" ").unwrap_or(v),
                 )
             }
-            None => (text.as_ref(), ""),
+            None => (line, &[][..]),
         };
         match field {
-            "data" => {
+            b"data" => {
                 if self.has_data {
                     self.current.data.push('\n');
                 }
-                self.current.data.push_str(value);
+                self.current.data.push_str(&utf8_lossy(value));
                 self.has_data = true;
             }
-            "event" => self.current.event = value.to_owned(),
-            "id" if !value.contains('\0') => self.current.id = Some(value.to_owned()),
-            "retry" => {
-                if let Ok(ms) = value.parse() {
+            b"event" => self.current.event = utf8_lossy(value).into_owned(),
+            b"id" if !value.contains(&0) => {
+                self.current.id = Some(utf8_lossy(value).into_owned());
+            }
+            b"retry" => {
+                if let Some(ms) = std::str::from_utf8(value).ok().and_then(|v| v.parse().ok()) {
                     self.current.retry = Some(ms);
                 }
             }
             _ => {}
         }
         Ok(None)
+    }
+}
+
+/// A line buffer larger than this is not kept between split lines.
+const KEPT_BUFFER: usize = 64 * 1024;
+
+/// `bytes` as text, invalid UTF-8 replaced by U+FFFD: `from_utf8` first (vectorized),
+/// `from_utf8_lossy`'s byte-at-a-time walk (~7 instructions a byte) only for text
+/// that is not valid.
+fn utf8_lossy(bytes: &[u8]) -> std::borrow::Cow<'_, str> {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => std::borrow::Cow::Borrowed(text),
+        Err(_) => String::from_utf8_lossy(bytes),
     }
 }
 
@@ -180,6 +207,23 @@ mod tests {
                 retry: None
             }]
         );
+    }
+
+    #[test]
+    fn invalid_utf8_becomes_replacement_characters() {
+        // As the SSE standard decodes a stream: U+FFFD for each invalid sequence;
+        // a character split between two feeds is whole again.
+        let mut p = Parser::new(1024);
+        let evs = p
+            .feed(b"id: \xff1\nevent: m\xc3\ndata: a\xffb\n\n")
+            .unwrap();
+        assert_eq!(evs.len(), 1);
+        assert_eq!(evs[0].data, "a\u{FFFD}b");
+        assert_eq!(evs[0].event, "m\u{FFFD}");
+        assert_eq!(evs[0].id.as_deref(), Some("\u{FFFD}1"));
+        assert!(p.feed(b"data: a\xe4").unwrap().is_empty());
+        let evs = p.feed(b"\xb8\x96b\r\n\r\n").unwrap();
+        assert_eq!(evs[0].data, "a\u{4e16}b");
     }
 
     #[test]

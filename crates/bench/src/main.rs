@@ -5,7 +5,8 @@
 //! answer (exact text, right id). Each (N, P) is measured against, in turn:
 //!
 //! * `direct`: a minimal Streamable HTTP MCP server with no gateway (this same binary
-//!   run as `gantry-bench --serve-direct`, JSON responses): the floor;
+//!   run as `gantry-bench --serve-direct`, JSON responses, or one-event SSE streams
+//!   with `--direct-sse`): the floor;
 //! * `shared` / `per-session` / `per-user`: Gantry in front of a stdio echo backend
 //!   in that `session_mode` (`per-user`: every 4 clients share one API key, so one
 //!   backend process);
@@ -156,6 +157,13 @@ struct Cli {
     /// specification requires of clients).
     #[arg(long)]
     json_only: bool,
+    /// The `direct` server (and so the `http` backend and `relay-http`'s) answers a
+    /// request as a one-event SSE stream when the client accepts it, as the official
+    /// SDKs' servers do by default, instead of as JSON: `direct` then costs its
+    /// clients the same SSE parsing Gantry's answers do, and `http` measures the
+    /// backend path that reads SSE.
+    #[arg(long)]
+    direct_sse: bool,
     /// Deadline of one HTTP request.
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
     request_timeout: Duration,
@@ -209,6 +217,9 @@ struct Cli {
     /// Internal: run the direct MCP server (prints its URL on stderr).
     #[arg(long, hide = true)]
     serve_direct: bool,
+    /// Internal: `--serve-direct` answers with SSE when accepted (`--direct-sse`).
+    #[arg(long, hide = true)]
+    serve_sse: bool,
     /// Internal: run the minimal stdio echo MCP server.
     #[arg(long, hide = true)]
     serve_stdio_echo: bool,
@@ -300,7 +311,7 @@ fn main() -> ExitCode {
         };
     }
     if cli.serve_direct {
-        return match direct::serve() {
+        return match direct::serve(cli.serve_sse) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("gantry-bench direct server: {e:#}");
@@ -406,6 +417,19 @@ struct Env {
     generator_threads: usize,
     /// `--rate`: calls per second offered by all clients together.
     rate: Option<f64>,
+    /// `--direct-sse`.
+    direct_sse: bool,
+}
+
+impl Env {
+    /// The arguments that start the direct server.
+    fn direct_args(&self) -> Vec<OsString> {
+        let mut args = vec![OsString::from("--serve-direct")];
+        if self.direct_sse {
+            args.push("--serve-sse".into());
+        }
+        args
+    }
 }
 
 /// A redis-server on a loopback port, killed on drop.
@@ -520,6 +544,7 @@ async fn run(cli: Cli) -> Result<bool> {
         tls,
         generator_threads: cli.generator_threads.max(1),
         rate: cli.rate,
+        direct_sse: cli.direct_sse,
     };
     let mut eras: Vec<bool> = cli.era.iter().map(|e| e == "stateless").collect();
     eras.dedup();
@@ -781,7 +806,7 @@ async fn start_target(env: &Env, target: Target, max_sessions: usize) -> Result<
             Server::start(
                 "direct",
                 &env.bench,
-                &["--serve-direct".into()],
+                &env.direct_args(),
                 &[],
                 "direct listening on ",
                 true,
@@ -801,7 +826,7 @@ async fn start_relay(env: &Env, name: &str) -> Result<Server> {
         let b = Server::start(
             "direct (relay backend)",
             &env.bench,
-            &["--serve-direct".into()],
+            &env.direct_args(),
             &[],
             "direct listening on ",
             true,
@@ -827,7 +852,7 @@ async fn start_gantry(env: &Env, mode: &str, max_sessions: usize) -> Result<Serv
             Server::start(
                 "direct (http backend)",
                 &env.bench,
-                &["--serve-direct".into()],
+                &env.direct_args(),
                 &[],
                 "direct listening on ",
                 true,
@@ -2420,9 +2445,11 @@ mod direct {
     struct Sessions {
         live: Mutex<HashSet<String>>,
         next: AtomicU64,
+        /// Answer with a one-event SSE stream when the client accepts one.
+        sse: bool,
     }
 
-    pub(crate) fn serve() -> Result<()> {
+    pub(crate) fn serve(sse: bool) -> Result<()> {
         crate::on_stdin_end(|| std::process::exit(0))?;
         let rt = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
@@ -2435,7 +2462,10 @@ mod direct {
             let addr = listener.local_addr()?;
             let app = axum::Router::new()
                 .route("/mcp", axum::routing::post(post))
-                .with_state(Arc::new(Sessions::default()));
+                .with_state(Arc::new(Sessions {
+                    sse,
+                    ..Sessions::default()
+                }));
             eprintln!("direct listening on http://{addr}/mcp");
             // The floor: no Nagle delay on any response, however it is written.
             let listener = listener.tap_io(|tcp| {
@@ -2452,11 +2482,20 @@ mod direct {
         Ok(())
     }
 
-    fn json_response(body: Value, session: Option<String>) -> Response {
+    /// A message as the answer: JSON, or (`sse`) a one-event SSE stream.
+    fn json_response(body: Value, session: Option<String>, sse: bool) -> Response {
+        let (content_type, text) = if sse {
+            (
+                "text/event-stream",
+                format!("event: message\ndata: {body}\n\n"),
+            )
+        } else {
+            ("application/json", body.to_string())
+        };
         let mut resp = (
             StatusCode::OK,
-            [(axum::http::header::CONTENT_TYPE, "application/json")],
-            body.to_string(),
+            [(axum::http::header::CONTENT_TYPE, content_type)],
+            text,
         )
             .into_response();
         if let Some(v) = session.and_then(|s| axum::http::HeaderValue::from_str(&s).ok()) {
@@ -2465,10 +2504,11 @@ mod direct {
         resp
     }
 
-    fn error(id: Value, code: i64, message: &str) -> Response {
+    fn error(id: Value, code: i64, message: &str, sse: bool) -> Response {
         json_response(
             json!({"jsonrpc":"2.0","id":id,"error":{"code":code,"message":message}}),
             None,
+            sse,
         )
     }
 
@@ -2488,6 +2528,11 @@ mod direct {
             // A notification or a response.
             return StatusCode::ACCEPTED.into_response();
         };
+        let sse = sessions.sse
+            && headers
+                .get(axum::http::header::ACCEPT)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| v.contains("text/event-stream"));
         if method == "initialize" {
             let n = sessions.next.fetch_add(1, Ordering::Relaxed);
             let sid = format!("{:016x}{n:016x}", std::process::id());
@@ -2502,6 +2547,7 @@ mod direct {
                     "capabilities": {"tools": {}},
                     "serverInfo": {"name": "gantry-bench-direct", "version": env!("CARGO_PKG_VERSION")}}}),
                 Some(sid),
+                sse,
             );
         }
         // A stateless-era request (2026-07-28) needs no session; its results carry
@@ -2528,6 +2574,7 @@ mod direct {
                     "_meta":{"io.modelcontextprotocol/serverInfo":
                         {"name":"gantry-bench-direct","version":env!("CARGO_PKG_VERSION")}}}}),
                 None,
+                sse,
             ),
             "tools/call" if stateless => {
                 let text = msg
@@ -2538,8 +2585,9 @@ mod direct {
                         json!({"jsonrpc":"2.0","id":id,"result":{"resultType":"complete",
                             "content":[{"type":"text","text":text}],"isError":false}}),
                         None,
+                        sse,
                     ),
-                    None => error(id, -32602, "only echo {message} is served here"),
+                    None => error(id, -32602, "only echo {message} is served here", sse),
                 }
             }
             "tools/call" => {
@@ -2552,18 +2600,20 @@ mod direct {
                         json!({"jsonrpc":"2.0","id":id,"result":{
                             "content":[{"type":"text","text":text}],"isError":false}}),
                         None,
+                        sse,
                     ),
-                    _ => error(id, -32602, "only echo {message} is served here"),
+                    _ => error(id, -32602, "only echo {message} is served here", sse),
                 }
             }
-            "ping" => json_response(json!({"jsonrpc":"2.0","id":id,"result":{}}), None),
+            "ping" => json_response(json!({"jsonrpc":"2.0","id":id,"result":{}}), None, sse),
             "tools/list" => json_response(
                 json!({"jsonrpc":"2.0","id":id,"result":{"tools":[{
                     "name":"echo","inputSchema":{"type":"object",
                     "properties":{"message":{"type":"string"}},"required":["message"]}}]}}),
                 None,
+                sse,
             ),
-            _ => error(id, -32601, "method not found"),
+            _ => error(id, -32601, "method not found", sse),
         }
     }
 }
