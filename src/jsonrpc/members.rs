@@ -76,6 +76,32 @@ impl<'a> Object<'a> {
         Self::read_at(text, open, Some(key)).map(|(o, inner, _)| (o, inner))
     }
 
+    /// [`Object::parse_with`] for a [`Raw`](crate::jsonrpc::Raw), whose members are
+    /// found once however many readers ask (see [`Raw::members`](crate::jsonrpc::Raw::members)).
+    pub fn of_raw_with(raw: &'a crate::jsonrpc::Raw, key: &str) -> Option<(Self, Option<Self>)> {
+        if !raw.get().starts_with('{') {
+            return None;
+        }
+        let mut o = Object {
+            entries: Vec::with_capacity(8),
+            index: None,
+        };
+        let mut inner = None;
+        for (k, v) in raw.members() {
+            let k = string_value(k)?;
+            if k == key {
+                // As `read_at`: the last one counts, and only if it is an object.
+                inner = if v.starts_with('{') {
+                    Some(Self::parse(v)?)
+                } else {
+                    None
+                };
+            }
+            o.insert(k, v);
+        }
+        Some((o, inner))
+    }
+
     /// The object opening at `open`, the object value of its member `nested` (the
     /// last one, if it is an object), and where the object ends.
     fn read_at(
@@ -242,6 +268,18 @@ impl<'a> Iterator for Members<'a> {
     type Item = (&'a str, &'a str);
 
     fn next(&mut self) -> Option<Self::Item> {
+        let (key, value) = self.next_spans()?;
+        // Every boundary is at an ASCII byte, so these are char boundaries.
+        Some((self.text.get(key)?, self.text.get(value)?))
+    }
+}
+
+impl Members<'_> {
+    /// The next member as byte ranges of the object's text: its key (as written)
+    /// and its value.
+    pub(super) fn next_spans(
+        &mut self,
+    ) -> Option<(std::ops::Range<usize>, std::ops::Range<usize>)> {
         let b = self.text.as_bytes();
         let sep = skip_ws(b, self.at);
         let first = self.at == 0;
@@ -264,8 +302,7 @@ impl<'a> Iterator for Members<'a> {
             return None;
         };
         self.at = value.end;
-        // Every boundary is at an ASCII byte, so these are char boundaries.
-        Some((self.text.get(key)?, self.text.get(value)?))
+        Some((key, value))
     }
 }
 

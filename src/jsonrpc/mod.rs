@@ -601,17 +601,31 @@ pub fn mentions(text: &str, needle: &Needle) -> bool {
 /// the other fields (a call's arguments) are skipped over, not parsed. A repeated key
 /// counts by its last value, as in the JSON parsers of the backends that act on it.
 pub fn string_field(params: Option<&Raw>, field: &str) -> Option<String> {
-    let v = members::member(params?.get(), field)?;
+    let (_, v) = params?
+        .members()
+        .filter(|(k, _)| members::key_is(k, field))
+        .last()?;
     members::string_value(v).map(std::borrow::Cow::into_owned)
 }
 
 /// Whether the `_meta` object of raw params (any of its repeats) mentions `needle`:
 /// the arguments beside it are not searched.
-pub fn meta_mentions(params: &str, needle: &Needle) -> bool {
-    if surely_lacks(params, &[needle]) {
-        return false;
-    }
-    members::members(params).any(|(k, v)| members::key_is(k, "_meta") && mentions(v, needle))
+pub fn meta_mentions(params: &Raw, needle: &Needle) -> bool {
+    meta_in(params.get(), params.members(), needle)
+}
+
+/// [`meta_mentions`] for params Gantry wrote itself (valid JSON by construction).
+pub fn written_meta_mentions(params: &str, needle: &Needle) -> bool {
+    meta_in(params, members::members(params), needle)
+}
+
+fn meta_in<'a>(
+    text: &str,
+    mut members: impl Iterator<Item = raw::Member<'a>>,
+    needle: &Needle,
+) -> bool {
+    !surely_lacks(text, &[needle])
+        && members.any(|(k, v)| members::key_is(k, "_meta") && mentions(v, needle))
 }
 
 /// Below this size a search of the whole text is cheaper than walking its members.

@@ -16,15 +16,48 @@
 //! the receiving parser's business), plus valid UTF-8 everywhere. Proptested against
 //! serde_json below.
 
-use super::members::{quote_or_backslash, skip_ws};
+use super::members::{quote_or_backslash, skip_ws, Members};
 use std::fmt;
+use std::sync::OnceLock;
 
 /// JSON text known to be one valid JSON value, with no whitespace around it.
 ///
 /// Made from untrusted text only through [`Raw::from_string`] (which checks it), or
 /// from text a JSON writer produced or a checked message held.
-#[derive(Clone, PartialEq, Eq, Hash)]
-pub struct Raw(Box<str>);
+///
+/// A large object also keeps where its top-level members are, found the first time
+/// they are asked for ([`Raw::members`]): a call's params are read by several layers
+/// (the tool's name, `_meta` for a trace context, a progress token, stateless-era
+/// keys), and each walk of them skipped the whole of the arguments beside.
+#[derive(Clone)]
+pub struct Raw {
+    text: Box<str>,
+    members: OnceLock<Box<[MemberSpan]>>,
+}
+
+/// Where one member of an object is: its key (as written) and its value.
+#[derive(Clone, Copy)]
+struct MemberSpan {
+    key: (u32, u32),
+    value: (u32, u32),
+}
+
+/// Objects below this size are walked each time: the walk is cheaper than an index.
+const INDEXED: usize = 2048;
+
+impl PartialEq for Raw {
+    fn eq(&self, other: &Self) -> bool {
+        self.text == other.text
+    }
+}
+
+impl Eq for Raw {}
+
+impl std::hash::Hash for Raw {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.text.hash(state);
+    }
+}
 
 /// Why text is not one JSON value: where it stops being JSON.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -40,7 +73,7 @@ impl Raw {
     pub fn from_string(text: String) -> Result<Self, NotJson> {
         let value = check(text.as_bytes())?;
         if value.len() == text.len() {
-            return Ok(Self(text.into_boxed_str()));
+            return Ok(Self::trusted(text.into_boxed_str()));
         }
         Ok(Self::trusted(value))
     }
@@ -48,36 +81,97 @@ impl Raw {
     /// Text already known to be one JSON value with no whitespace around it: written
     /// by a JSON writer, or a slice of a checked message.
     pub(crate) fn trusted(text: impl Into<Box<str>>) -> Self {
-        Self(text.into())
+        Self {
+            text: text.into(),
+            members: OnceLock::new(),
+        }
     }
 
     /// The JSON text.
     pub fn get(&self) -> &str {
-        &self.0
+        &self.text
     }
 
     /// The JSON text, owned.
     pub fn into_string(self) -> String {
-        self.0.into_string()
+        self.text.into_string()
+    }
+
+    /// The top-level members of this value if it is an object (key as written,
+    /// value text), in order, a repeated key each time; nothing otherwise. A large
+    /// object is walked once and its members' places kept for the next reader.
+    pub fn members(&self) -> RawMembers<'_> {
+        let text: &str = &self.text;
+        if text.len() < INDEXED || u32::try_from(text.len()).is_err() {
+            return RawMembers(Inner::Walk(super::members::members(text)));
+        }
+        let spans = self.members.get_or_init(|| {
+            let mut walk = super::members::members(text);
+            // The text's length fits in u32 (checked above), so its offsets do.
+            let at = |r: std::ops::Range<usize>| {
+                (
+                    u32::try_from(r.start).unwrap_or(u32::MAX),
+                    u32::try_from(r.end).unwrap_or(u32::MAX),
+                )
+            };
+            std::iter::from_fn(|| walk.next_spans())
+                .map(|(k, v)| MemberSpan {
+                    key: at(k),
+                    value: at(v),
+                })
+                .collect()
+        });
+        RawMembers(Inner::Indexed {
+            text,
+            spans: spans.iter(),
+        })
+    }
+}
+
+/// The iterator of [`Raw::members`].
+pub struct RawMembers<'a>(Inner<'a>);
+
+enum Inner<'a> {
+    /// A small object, walked.
+    Walk(Members<'a>),
+    /// A large object's kept member places.
+    Indexed {
+        text: &'a str,
+        spans: std::slice::Iter<'a, MemberSpan>,
+    },
+}
+
+impl<'a> Iterator for RawMembers<'a> {
+    type Item = Member<'a>;
+
+    fn next(&mut self) -> Option<Member<'a>> {
+        match &mut self.0 {
+            Inner::Walk(walk) => walk.next(),
+            Inner::Indexed { text, spans } => {
+                let span = spans.next()?;
+                let part = |(from, to): (u32, u32)| text.get(from as usize..to as usize);
+                Some((part(span.key)?, part(span.value)?))
+            }
+        }
     }
 }
 
 impl From<Box<serde_json::value::RawValue>> for Raw {
     /// serde_json's raw value (already checked by its parser), without a copy.
     fn from(raw: Box<serde_json::value::RawValue>) -> Self {
-        Self(raw.into())
+        Self::trusted(Box::<str>::from(raw))
     }
 }
 
 impl fmt::Debug for Raw {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(&self.text)
     }
 }
 
 impl fmt::Display for Raw {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(&self.text)
     }
 }
 
@@ -516,6 +610,45 @@ mod tests {
             serde_json::from_str(r#"{"a":[1, {}],"q\"":null}"#).unwrap();
         let back = crate::jsonrpc::raw_object(&map);
         assert_eq!(back.get(), r#"{"a":[1, {}],"q\"":null}"#);
+    }
+
+    #[test]
+    fn a_large_objects_members_are_found_once_and_read_alike() {
+        let pad = "0123456789".repeat(300);
+        let text = format!(
+            "{{ \"name\" : \"a\", \"arguments\": {{\"text\":\"{pad}\",\"name\":\"inner\"}},\n\
+             \"_meta\":{{\"progressToken\":7}}, \"n\\u0061me\":\"b\", \"list\":[1,{{}},\"]\"] }}"
+        );
+        let raw = Raw::from_string(text).unwrap();
+        assert!(raw.get().len() >= INDEXED);
+        let walked: Vec<Member<'_>> = crate::jsonrpc::members::members(raw.get()).collect();
+        assert_eq!(walked.len(), 5);
+        // The first read walks and keeps; later reads and a clone's read the same.
+        assert_eq!(raw.members().collect::<Vec<_>>(), walked);
+        assert_eq!(raw.members().collect::<Vec<_>>(), walked);
+        let copy = raw.clone();
+        assert_eq!(copy.members().collect::<Vec<_>>(), walked);
+        assert_eq!(copy, raw);
+        // What the layers read through it: the last `name` (escaped), `_meta`.
+        assert_eq!(
+            crate::jsonrpc::string_field(Some(&raw), "name").as_deref(),
+            Some("b")
+        );
+        assert!(crate::jsonrpc::meta_mentions(
+            &raw,
+            crate::needle!("progressToken")
+        ));
+        assert!(!crate::jsonrpc::meta_mentions(
+            &raw,
+            crate::needle!("traceparent")
+        ));
+        let (top, meta) = crate::jsonrpc::members::Object::of_raw_with(&raw, "_meta").unwrap();
+        assert_eq!(top.str("name").as_deref(), Some("b"));
+        assert_eq!(meta.unwrap().get("progressToken"), Some("7"));
+        // Not an object: no members, however large.
+        let list = Raw::from_string(format!("[\"{pad}\"]")).unwrap();
+        assert_eq!(list.members().count(), 0);
+        assert!(crate::jsonrpc::members::Object::of_raw_with(&list, "_meta").is_none());
     }
 
     proptest! {

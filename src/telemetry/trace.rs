@@ -235,12 +235,12 @@ pub fn from_meta(params: Option<&Raw>) -> Option<W3c> {
         traceparent: Option<String>,
         tracestate: Option<String>,
     }
-    let raw = params?.get();
+    let raw = params?;
     // Most requests carry none: not worth parsing for.
     if !crate::jsonrpc::meta_mentions(raw, crate::needle!("traceparent")) {
         return None;
     }
-    let p: Params = serde_json::from_str(raw).ok()?;
+    let p: Params = serde_json::from_str(raw.get()).ok()?;
     let m = p.meta?;
     Some(W3c {
         traceparent: m.traceparent?,

@@ -34,7 +34,7 @@ pub(super) fn for_session_era(params: Option<Raw>) -> Option<Raw> {
         return Some(raw);
     }
     let written = {
-        let Some((top, meta)) = Object::parse_with(raw.get(), "_meta") else {
+        let Some((top, meta)) = Object::of_raw_with(&raw, "_meta") else {
             return Some(raw);
         };
         let protocol = |k: &str| k.starts_with(META_PREFIX);
@@ -80,7 +80,9 @@ pub(super) fn for_stateless_era(
 ) -> (String, Option<String>) {
     use crate::jsonrpc::members::{Object, ObjectWriter};
     let text = params.map_or("{}", Raw::get);
-    let (top, meta) = Object::parse_with(text, "_meta").unwrap_or_default();
+    let (top, meta) = params
+        .and_then(|p| Object::of_raw_with(p, "_meta"))
+        .unwrap_or_default();
     let mut out = String::with_capacity(text.len() + 256);
     let o = ObjectWriter::begin(&mut out);
     for (k, v) in top.iter() {

@@ -367,7 +367,10 @@ impl Core {
         let id = self.next_id();
         let (params, client_progress) = match params {
             OutParams::Written(text)
-                if !crate::jsonrpc::meta_mentions(&text, crate::needle!("progressToken")) =>
+                if !crate::jsonrpc::written_meta_mentions(
+                    &text,
+                    crate::needle!("progressToken"),
+                ) =>
             {
                 (OutParams::Written(text), None)
             }
@@ -660,7 +663,7 @@ pub(super) fn rewrite_progress_token(
     let Some(raw) = params else {
         return (None, None);
     };
-    if !crate::jsonrpc::meta_mentions(raw.get(), crate::needle!("progressToken")) {
+    if !crate::jsonrpc::meta_mentions(&raw, crate::needle!("progressToken")) {
         return (Some(raw), None);
     }
     let Ok(mut top) = serde_json::from_str::<indexmap::IndexMap<String, Raw>>(raw.get()) else {

@@ -76,7 +76,7 @@ pub(crate) fn is_stateless(headers: &HeaderMap, m: &Message) -> bool {
         return true;
     }
     params
-        .and_then(|p| Object::parse_with(p.get(), "_meta"))
+        .and_then(|p| Object::of_raw_with(p, "_meta"))
         .and_then(|(_, meta)| meta)
         .is_some_and(|m| m.iter().any(|(k, _)| k.starts_with(META_PREFIX)))
 }
@@ -95,7 +95,7 @@ impl<'a> Params<'a> {
     /// `None` when the params are not an object.
     pub(super) fn read(raw: Option<&'a Raw>) -> Option<Self> {
         let (top, meta) = match raw {
-            Some(raw) => Object::parse_with(raw.get(), "_meta")?,
+            Some(raw) => Object::of_raw_with(raw, "_meta")?,
             None => (Object::default(), None),
         };
         Some(Params { top, meta })
