@@ -183,6 +183,27 @@ pub fn push_message_event(s: &mut String, id: Option<&str>, data: &str) {
     s.push_str("\n\n");
 }
 
+/// [`push_message_event`] for data the caller owns: the event's head goes into `s`
+/// and the data is given back, to be sent after it as it is and followed by
+/// [`EVENT_END`], so that a large message is not copied to be framed. Data with a
+/// raw newline (to be blanked) is framed into `s` whole instead, and `None` returned.
+pub fn push_message_event_head(s: &mut String, id: Option<&str>, data: String) -> Option<String> {
+    if memchr::memchr2(b'\n', b'\r', data.as_bytes()).is_some() {
+        push_message_event(s, id, &data);
+        return None;
+    }
+    if let Some(id) = id {
+        s.push_str("id: ");
+        s.push_str(id);
+        s.push('\n');
+    }
+    s.push_str("event: message\ndata: ");
+    Some(data)
+}
+
+/// What ends an event whose data was sent after [`push_message_event_head`].
+pub const EVENT_END: &str = "\n\n";
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -232,6 +253,17 @@ mod tests {
         assert_eq!(p.feed(&[b'x'; 40]).unwrap_err(), SseError::TooLarge(16));
         let mut p = Parser::new(16);
         assert!(p.feed(b"data: 0123456789\ndata: 0123456789\n").is_err());
+    }
+
+    #[test]
+    fn frames_owned_data_around_it_unless_it_must_be_blanked() {
+        let mut head = String::new();
+        let data = push_message_event_head(&mut head, Some("3_1"), "{\"a\":1}".into());
+        let whole = format!("{head}{}{EVENT_END}", data.unwrap());
+        assert_eq!(whole, message_event(Some("3_1"), "{\"a\":1}"));
+        let mut head = String::from("x\n");
+        assert!(push_message_event_head(&mut head, None, "{\r\n\"a\":1}".into()).is_none());
+        assert_eq!(head, format!("x\n{}", message_event(None, "{\r\n\"a\":1}")));
     }
 
     #[test]

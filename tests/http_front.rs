@@ -133,8 +133,8 @@ async fn sse_response_with_priming_event_and_event_ids() {
     let g = Gantry::example_stdio();
     let mut c = g.client();
     c.initialize().await;
-    // A call that is still running after Gantry's short JSON window is answered
-    // with an SSE stream (a quick one is plain JSON: see the next test).
+    // A call that is still running after Gantry's short inline window is answered
+    // with a live SSE stream (a quick one gets its SSE body whole: see the next test).
     let resp = post_accepting(&c, Some("application/json, text/event-stream"))
         .body(rpc(
             json!(6),
@@ -217,6 +217,23 @@ async fn quick_answers_and_streamed_answers_are_both_sse() {
     );
     assert!(quick.headers.get("connection").is_none_or(|v| v != "close"));
     assert_eq!(text_of(quick.response(&json!(1)).unwrap()), "q");
+    // A large answer is sent after its framing as it is: the length announced is the
+    // body's, and the text comes back whole, twice on the same connection.
+    for id in [3, 4] {
+        let message = format!("{id}:{}", "0123456789abcdef".repeat(8 * 1024));
+        let big = c
+            .request(
+                json!(id),
+                "tools/call",
+                json!({"name":"echo","arguments":{"message":message}}),
+            )
+            .await;
+        assert!(big.content_type().starts_with("text/event-stream"));
+        assert_eq!(big.event_ids.len(), 2, "priming event and response");
+        let length = big.headers.get("content-length").expect("content-length");
+        assert_eq!(length.to_str().unwrap(), big.raw.len().to_string());
+        assert_eq!(text_of(big.response(&json!(id)).unwrap()), message);
+    }
     let with_progress = c
         .request(
             json!(2),

@@ -62,6 +62,42 @@ pub(crate) fn sse_response(
     with_sse_headers(HttpResponse::new(Body::from_stream(body)))
 }
 
+/// A complete body sent as its parts, each handed to the connection as it is (hyper
+/// writes them with one vectored write, no copy into one buffer), its length known
+/// up front (`Content-Length`, so the connection stays open for the next request).
+pub(super) struct Parts(std::collections::VecDeque<bytes::Bytes>);
+
+impl Parts {
+    pub(super) fn new(parts: impl IntoIterator<Item = bytes::Bytes>) -> Self {
+        Self(parts.into_iter().filter(|p| !p.is_empty()).collect())
+    }
+}
+
+impl hyper::body::Body for Parts {
+    type Data = bytes::Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<bytes::Bytes>, Self::Error>>> {
+        std::task::Poll::Ready(
+            self.0
+                .pop_front()
+                .map(|part| Ok(hyper::body::Frame::data(part))),
+        )
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        let len: usize = self.0.iter().map(bytes::Bytes::len).sum();
+        hyper::body::SizeHint::with_exact(u64::try_from(len).unwrap_or(u64::MAX))
+    }
+}
+
 /// Marks a response as an SSE stream (type, no caching, no proxy buffering).
 pub(super) fn with_sse_headers(mut resp: HttpResponse) -> HttpResponse {
     let h = resp.headers_mut();

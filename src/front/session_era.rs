@@ -557,9 +557,18 @@ pub(super) async fn single(
         let mut id = String::with_capacity(stream_id.len() + 2);
         id.push_str(stream_id);
         id.push_str("_1");
-        crate::sse::push_message_event(&mut body, Some(&id), &only);
+        // The response follows the framing as it is: no copy of a large answer.
+        let data = crate::sse::push_message_event_head(&mut body, Some(&id), only);
+        let end = data.as_ref().map(|_| crate::sse::EVENT_END);
+        let parts = [
+            Some(bytes::Bytes::from(body)),
+            data.map(bytes::Bytes::from),
+            end.map(|e| bytes::Bytes::from_static(e.as_bytes())),
+        ];
         // A complete body: sent with Content-Length, the connection stays open.
-        return with_sse_headers(HttpResponse::new(Body::from(body)));
+        return with_sse_headers(HttpResponse::new(Body::new(
+            crate::front::http::Parts::new(parts.into_iter().flatten()),
+        )));
     }
     let opts = app.body_options(&session, true, true);
     sse_response(&app, SseKind::Response, sse_body(stream, 0, opts))

@@ -166,9 +166,10 @@ impl EventStream {
     }
 
     /// Waits up to `window` for the stream to close holding exactly one event (and
-    /// nothing ever dropped): that event, which the caller then delivers itself.
-    /// `None` as soon as it is clear the stream is more than that.
-    pub async fn final_within(&self, window: Duration) -> Option<Arc<String>> {
+    /// nothing ever dropped): that event, taken out of the log (without a copy when
+    /// no reader holds it), which the caller then delivers itself. `None` as soon as
+    /// it is clear the stream is more than that.
+    pub async fn final_within(&self, window: Duration) -> Option<String> {
         let deadline = tokio::time::Instant::now() + window;
         loop {
             let notified = self.notify.notified();
@@ -180,7 +181,9 @@ impl EventStream {
                     return match (g.events.len(), g.next_seq) {
                         (1, 2) => {
                             g.delivered = 1;
-                            g.events.front().map(|e| e.json.clone())
+                            let e = g.events.pop_front()?;
+                            g.bytes -= e.json.len();
+                            Some(Arc::try_unwrap(e.json).unwrap_or_else(|j| (*j).clone()))
                         }
                         _ => None,
                     };
