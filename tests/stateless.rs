@@ -841,3 +841,25 @@ async fn a_session_era_backend_gets_the_clients_params_without_the_stateless_era
         "{call}"
     );
 }
+
+/// A large answer is sent after its SSE framing as it is: one event, its length
+/// announced, its text whole.
+#[tokio::test]
+async fn a_large_answer_comes_whole_in_one_sse_event() {
+    let g = Gantry::example_stdio();
+    let c = Stateless::new(&g);
+    let message = "0123456789abcdef".repeat(8 * 1024);
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                      "params": {"name": "echo", "arguments": {"message": message},
+                                 "_meta": meta(json!({}))}});
+    let r = c.send(c.builder("tools/call", Some("echo")), body).await;
+    assert!(
+        r.content_type().starts_with("text/event-stream"),
+        "{}",
+        r.content_type()
+    );
+    assert_eq!(r.messages.len(), 1);
+    let length = r.headers.get("content-length").expect("content-length");
+    assert_eq!(length.to_str().unwrap(), r.raw.len().to_string());
+    assert_eq!(text_of(&the_response(&r, &json!(1))), message);
+}

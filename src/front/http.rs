@@ -65,10 +65,10 @@ pub(crate) fn sse_response(
 /// A complete body sent as its parts, each handed to the connection as it is (hyper
 /// writes them with one vectored write, no copy into one buffer), its length known
 /// up front (`Content-Length`, so the connection stays open for the next request).
-pub(super) struct Parts(std::collections::VecDeque<bytes::Bytes>);
+struct Parts(std::collections::VecDeque<bytes::Bytes>);
 
 impl Parts {
-    pub(super) fn new(parts: impl IntoIterator<Item = bytes::Bytes>) -> Self {
+    fn new(parts: impl IntoIterator<Item = bytes::Bytes>) -> Self {
         Self(parts.into_iter().filter(|p| !p.is_empty()).collect())
     }
 }
@@ -96,6 +96,24 @@ impl hyper::body::Body for Parts {
         let len: usize = self.0.iter().map(bytes::Bytes::len).sum();
         hyper::body::SizeHint::with_exact(u64::try_from(len).unwrap_or(u64::MAX))
     }
+}
+
+/// A complete SSE body: `head` (events already written, if any), then one `message`
+/// event of `data`, the data sent after its framing as it is (no copy of a large
+/// message), the length known up front, so the connection stays open.
+pub(super) fn sse_message_body(mut head: String, id: Option<&str>, data: String) -> HttpResponse {
+    let data = crate::sse::push_message_event_head(&mut head, id, data);
+    let end = data
+        .as_ref()
+        .map(|_| bytes::Bytes::from_static(crate::sse::EVENT_END.as_bytes()));
+    let parts = [
+        Some(bytes::Bytes::from(head)),
+        data.map(bytes::Bytes::from),
+        end,
+    ];
+    with_sse_headers(HttpResponse::new(Body::new(Parts::new(
+        parts.into_iter().flatten(),
+    ))))
 }
 
 /// Marks a response as an SSE stream (type, no caching, no proxy buffering).

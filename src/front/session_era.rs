@@ -537,7 +537,8 @@ pub(super) async fn single(
     // (priming event and response), no stream kept.
     if let Some(only) = stream.final_within(Duration::ZERO).await {
         session.forget_stream(stream.id);
-        let mut body = String::with_capacity(only.len() + 96);
+        // The framing only: the response is sent after it as it is.
+        let mut body = String::with_capacity(96);
         // Digits written by itoa: `format!` machinery costs more than the rest of
         // the framing together.
         let mut digits = itoa::Buffer::new();
@@ -557,18 +558,7 @@ pub(super) async fn single(
         let mut id = String::with_capacity(stream_id.len() + 2);
         id.push_str(stream_id);
         id.push_str("_1");
-        // The response follows the framing as it is: no copy of a large answer.
-        let data = crate::sse::push_message_event_head(&mut body, Some(&id), only);
-        let end = data.as_ref().map(|_| crate::sse::EVENT_END);
-        let parts = [
-            Some(bytes::Bytes::from(body)),
-            data.map(bytes::Bytes::from),
-            end.map(|e| bytes::Bytes::from_static(e.as_bytes())),
-        ];
-        // A complete body: sent with Content-Length, the connection stays open.
-        return with_sse_headers(HttpResponse::new(Body::new(
-            crate::front::http::Parts::new(parts.into_iter().flatten()),
-        )));
+        return crate::front::http::sse_message_body(body, Some(&id), only);
     }
     let opts = app.body_options(&session, true, true);
     sse_response(&app, SseKind::Response, sse_body(stream, 0, opts))

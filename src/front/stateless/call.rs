@@ -2,7 +2,7 @@
 //! parked until the client retries), or an SSE stream when the call sends progress or
 //! logs first; the client closing the stream cancels it.
 
-use super::super::http::{with_sse_headers, Accepts};
+use super::super::http::Accepts;
 use super::super::session_era::run_tracked_as;
 use super::super::App;
 use super::mrtr::{Ask, Binding, StateError};
@@ -20,7 +20,6 @@ use crate::jsonrpc::Raw;
 use crate::jsonrpc::{code, to_raw, Notification, Request, RequestId, Response, RpcError};
 use crate::mcp::META_SERVER_INFO;
 use crate::router::level_rank;
-use axum::body::Body;
 use axum::http::StatusCode;
 use axum::response::Response as HttpResponse;
 use futures::future::BoxFuture;
@@ -600,8 +599,7 @@ pub(super) fn complete(
 /// this era usually answers a call), JSON otherwise and for HTTP-level errors.
 pub(super) fn reply(status: StatusCode, body: String, accepts: Accepts) -> HttpResponse {
     if status == StatusCode::OK && accepts.sse {
-        let event = crate::sse::message_event(None, &body);
-        with_sse_headers(HttpResponse::new(Body::from(event)))
+        crate::front::http::sse_message_body(String::new(), None, body)
     } else {
         json_body(status, body)
     }
