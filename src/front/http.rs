@@ -98,10 +98,18 @@ impl hyper::body::Body for Parts {
     }
 }
 
+/// Messages from this size on are sent apart from their framing; a smaller one is
+/// cheaper copied into it than handed to the connection as one more part.
+const SENT_APART: usize = 4096;
+
 /// A complete SSE body: `head` (events already written, if any), then one `message`
-/// event of `data`, the data sent after its framing as it is (no copy of a large
-/// message), the length known up front, so the connection stays open.
+/// event of `data`, a large one sent after its framing as it is (not copied), the
+/// length known up front, so the connection stays open.
 pub(super) fn sse_message_body(mut head: String, id: Option<&str>, data: String) -> HttpResponse {
+    if data.len() < SENT_APART {
+        crate::sse::push_message_event(&mut head, id, &data);
+        return with_sse_headers(HttpResponse::new(Body::from(head)));
+    }
     let data = crate::sse::push_message_event_head(&mut head, id, data);
     let end = data
         .as_ref()
