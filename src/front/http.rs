@@ -102,6 +102,17 @@ impl hyper::body::Body for Parts {
 /// cheaper copied into it than handed to the connection as one more part.
 const SENT_APART: usize = 4096;
 
+/// A string for what goes before `data` in a [`sse_message_body`], with room for the
+/// data too when it will be copied in.
+pub(super) fn sse_head_for(data: &str) -> String {
+    let copied = if data.len() < SENT_APART {
+        data.len()
+    } else {
+        0
+    };
+    String::with_capacity(128 + copied)
+}
+
 /// A complete SSE body: `head` (events already written, if any), then one `message`
 /// event of `data`, a large one sent after its framing as it is (not copied), the
 /// length known up front, so the connection stays open.

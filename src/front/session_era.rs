@@ -537,8 +537,7 @@ pub(super) async fn single(
     // (priming event and response), no stream kept.
     if let Some(only) = stream.final_within(Duration::ZERO).await {
         session.forget_stream(stream.id);
-        // The framing only: the response is sent after it as it is.
-        let mut body = String::with_capacity(96);
+        let mut body = crate::front::http::sse_head_for(&only);
         // Digits written by itoa: `format!` machinery costs more than the rest of
         // the framing together.
         let mut digits = itoa::Buffer::new();

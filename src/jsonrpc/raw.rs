@@ -17,8 +17,8 @@
 //! serde_json below.
 
 use super::members::{quote_or_backslash, skip_ws, Members};
+use once_cell::race::OnceBox;
 use std::fmt;
-use std::sync::OnceLock;
 
 /// JSON text known to be one valid JSON value, with no whitespace around it.
 ///
@@ -32,7 +32,7 @@ use std::sync::OnceLock;
 #[derive(Clone)]
 pub struct Raw {
     text: Box<str>,
-    members: OnceLock<Box<[MemberSpan]>>,
+    members: OnceBox<Box<[MemberSpan]>>,
 }
 
 /// Where one member of an object is: its key (as written) and its value.
@@ -83,7 +83,7 @@ impl Raw {
     pub(crate) fn trusted(text: impl Into<Box<str>>) -> Self {
         Self {
             text: text.into(),
-            members: OnceLock::new(),
+            members: OnceBox::new(),
         }
     }
 
@@ -106,20 +106,22 @@ impl Raw {
             return RawMembers(Inner::Walk(super::members::members(text)));
         }
         let spans = self.members.get_or_init(|| {
-            let mut walk = super::members::members(text);
-            // The text's length fits in u32 (checked above), so its offsets do.
-            let at = |r: std::ops::Range<usize>| {
-                (
-                    u32::try_from(r.start).unwrap_or(u32::MAX),
-                    u32::try_from(r.end).unwrap_or(u32::MAX),
-                )
-            };
-            std::iter::from_fn(|| walk.next_spans())
-                .map(|(k, v)| MemberSpan {
-                    key: at(k),
-                    value: at(v),
-                })
-                .collect()
+            Box::new({
+                let mut walk = super::members::members(text);
+                // The text's length fits in u32 (checked above), so its offsets do.
+                let at = |r: std::ops::Range<usize>| {
+                    (
+                        u32::try_from(r.start).unwrap_or(u32::MAX),
+                        u32::try_from(r.end).unwrap_or(u32::MAX),
+                    )
+                };
+                std::iter::from_fn(|| walk.next_spans())
+                    .map(|(k, v)| MemberSpan {
+                        key: at(k),
+                        value: at(v),
+                    })
+                    .collect()
+            })
         });
         RawMembers(Inner::Indexed {
             text,
