@@ -32,7 +32,8 @@ use std::fmt;
 #[derive(Clone)]
 pub struct Raw {
     text: Box<str>,
-    members: OnceBox<Box<[MemberSpan]>>,
+    /// `None` inside: too many members to keep (each reader walks them).
+    members: OnceBox<Option<Box<[MemberSpan]>>>,
 }
 
 /// Where one member of an object is: its key (as written) and its value.
@@ -44,6 +45,11 @@ struct MemberSpan {
 
 /// Objects below this size are walked each time: the walk is cheaper than an index.
 const INDEXED: usize = 2048;
+
+/// Objects with more members than this are walked each time, so that an index never
+/// costs more memory than a few KB (a 4 MB object of tiny members would need 10 MB).
+/// A call's params have a handful.
+const MAX_INDEXED_MEMBERS: usize = 256;
 
 impl PartialEq for Raw {
     fn eq(&self, other: &Self) -> bool {
@@ -115,18 +121,23 @@ impl Raw {
                         u32::try_from(r.end).unwrap_or(u32::MAX),
                     )
                 };
-                std::iter::from_fn(|| walk.next_spans())
+                let spans: Vec<MemberSpan> = std::iter::from_fn(|| walk.next_spans())
+                    .take(MAX_INDEXED_MEMBERS + 1)
                     .map(|(k, v)| MemberSpan {
                         key: at(k),
                         value: at(v),
                     })
-                    .collect()
+                    .collect();
+                (spans.len() <= MAX_INDEXED_MEMBERS).then(|| spans.into_boxed_slice())
             })
         });
-        RawMembers(Inner::Indexed {
-            text,
-            spans: spans.iter(),
-        })
+        match spans {
+            Some(spans) => RawMembers(Inner::Indexed {
+                text,
+                spans: spans.iter(),
+            }),
+            None => RawMembers(Inner::Walk(super::members::members(text))),
+        }
     }
 }
 
@@ -647,6 +658,13 @@ mod tests {
         let (top, meta) = crate::jsonrpc::members::Object::of_raw_with(&raw, "_meta").unwrap();
         assert_eq!(top.str("name").as_deref(), Some("b"));
         assert_eq!(meta.unwrap().get("progressToken"), Some("7"));
+        // Too many members to keep: walked each time, read the same.
+        let many: Vec<String> = (0..300).map(|i| format!("\"k{i}\":{i}")).collect();
+        let many = Raw::from_string(format!("{{{},\"pad\":\"{pad}\"}}", many.join(","))).unwrap();
+        let walked: Vec<Member<'_>> = crate::jsonrpc::members::members(many.get()).collect();
+        assert_eq!(walked.len(), 301);
+        assert_eq!(many.members().collect::<Vec<_>>(), walked);
+        assert_eq!(many.members().collect::<Vec<_>>(), walked);
         // Not an object: no members, however large.
         let list = Raw::from_string(format!("[\"{pad}\"]")).unwrap();
         assert_eq!(list.members().count(), 0);
