@@ -166,21 +166,13 @@ pub fn message_event(id: Option<&str>, data: &str) -> String {
 
 /// [`message_event`], appended to `s`.
 pub fn push_message_event(s: &mut String, id: Option<&str>, data: &str) {
-    if let Some(id) = id {
-        s.push_str("id: ");
-        s.push_str(id);
-        s.push('\n');
-    }
-    s.push_str("event: message\ndata: ");
+    push_event_head(s, id);
     if memchr::memchr2(b'\n', b'\r', data.as_bytes()).is_some() {
-        s.extend(
-            data.chars()
-                .map(|c| if c == '\n' || c == '\r' { ' ' } else { c }),
-        );
+        push_blanked(s, data);
     } else {
         s.push_str(data);
     }
-    s.push_str("\n\n");
+    s.push_str(EVENT_END);
 }
 
 /// [`push_message_event`] for data the caller owns: the event's head goes into `s`
@@ -188,17 +180,31 @@ pub fn push_message_event(s: &mut String, id: Option<&str>, data: &str) {
 /// [`EVENT_END`], so that a large message is not copied to be framed. Data with a
 /// raw newline (to be blanked) is framed into `s` whole instead, and `None` returned.
 pub fn push_message_event_head(s: &mut String, id: Option<&str>, data: String) -> Option<String> {
+    push_event_head(s, id);
     if memchr::memchr2(b'\n', b'\r', data.as_bytes()).is_some() {
-        push_message_event(s, id, &data);
+        push_blanked(s, &data);
+        s.push_str(EVENT_END);
         return None;
     }
+    Some(data)
+}
+
+/// A `message` event's lines up to its data.
+fn push_event_head(s: &mut String, id: Option<&str>) {
     if let Some(id) = id {
         s.push_str("id: ");
         s.push_str(id);
         s.push('\n');
     }
     s.push_str("event: message\ndata: ");
-    Some(data)
+}
+
+/// `data` with its raw newlines (whitespace between JSON tokens) blanked.
+fn push_blanked(s: &mut String, data: &str) {
+    s.extend(
+        data.chars()
+            .map(|c| if c == '\n' || c == '\r' { ' ' } else { c }),
+    );
 }
 
 /// What ends an event whose data was sent after [`push_message_event_head`].
