@@ -33,6 +33,12 @@ use tokio_util::sync::CancellationToken;
 
 /// Request streams kept per session for resumption after they finish.
 const MAX_STREAMS_KEPT: usize = 32;
+/// Bytes of finished request streams that a client has already read to their end
+/// which a session keeps for resumption (in case a connection broke after the last
+/// bytes were handed to it); beyond it the oldest such streams are forgotten. Without
+/// it a session that read 32 large answers kept them all: 64 sessions of 100 KB
+/// answers held 290 MB.
+const MAX_READ_BYTES_KEPT: usize = 1024 * 1024;
 /// Server→client requests that may wait for a client's answer at once, per session.
 const MAX_PENDING_ASKS: usize = 64;
 
@@ -174,17 +180,27 @@ impl Session {
         let s = Arc::new(EventStream::new(id, self.event_buffer));
         t.map.insert(id, s.clone());
         t.order.push_back(id);
-        while t.order.len() > MAX_STREAMS_KEPT {
-            // Evict the oldest *finished* stream; live ones stay.
-            let Some(pos) = t
-                .order
-                .iter()
-                .position(|k| t.map.get(k).is_none_or(|s| s.is_closed()))
-            else {
+        let mut read_bytes: usize = t.map.values().map(|s| s.read_whole_bytes()).sum();
+        loop {
+            // Beyond the count, evict the oldest *finished* stream (live ones stay);
+            // beyond the bytes, the oldest one already read to its end.
+            let over_count = t.order.len() > MAX_STREAMS_KEPT;
+            if !over_count && read_bytes <= MAX_READ_BYTES_KEPT {
+                break;
+            }
+            let Some(pos) = t.order.iter().position(|k| {
+                t.map.get(k).is_none_or(|s| {
+                    if over_count {
+                        s.is_closed()
+                    } else {
+                        s.read_whole_bytes() > 0
+                    }
+                })
+            }) else {
                 break;
             };
-            if let Some(k) = t.order.remove(pos) {
-                t.map.remove(&k);
+            if let Some(gone) = t.order.remove(pos).and_then(|k| t.map.remove(&k)) {
+                read_bytes = read_bytes.saturating_sub(gone.read_whole_bytes());
             }
         }
         s
@@ -556,5 +572,59 @@ impl SessionStore {
         self.closing.close();
         self.closing.wait().await;
         self.closing.reopen();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+    use crate::session::stream::StreamRead;
+
+    /// A finished request stream holding one answer of `len` bytes.
+    fn answered(s: &Session, len: usize) -> Arc<EventStream> {
+        let st = s.open_stream();
+        st.finish(Some("x".repeat(len)));
+        st
+    }
+
+    /// Reads a stream as a reader would: its events, then (if `to_end`) its end.
+    fn read(st: &EventStream, to_end: bool) {
+        let r = st.attach();
+        assert!(matches!(st.read(0, r), StreamRead::Events(_)));
+        if to_end {
+            assert!(matches!(st.read(st.delivered(), r), StreamRead::Closed));
+        }
+    }
+
+    #[test]
+    fn streams_read_to_their_end_are_kept_only_within_a_byte_budget() {
+        let s = Session::new("p".into(), false, 16);
+        let big = MAX_READ_BYTES_KEPT / 2 + 1;
+        // Handed over but never read to its end (the connection broke), and never
+        // read at all: both are kept whatever their size, older or not.
+        let c = answered(&s, 4 * MAX_READ_BYTES_KEPT);
+        read(&c, false);
+        let d = answered(&s, 4 * MAX_READ_BYTES_KEPT);
+        let a = answered(&s, big);
+        read(&a, true);
+        let b = answered(&s, big);
+        read(&b, true);
+        let live = s.open_stream();
+        assert!(s.stream(a.id).is_none(), "the oldest read stream was kept");
+        for kept in [&b, &c, &d, &live] {
+            assert!(
+                s.stream(kept.id).is_some(),
+                "stream {} was dropped",
+                kept.id
+            );
+        }
+        // Small answers read whole stay, up to the count.
+        for _ in 0..MAX_STREAMS_KEPT {
+            read(&answered(&s, 10), true);
+        }
+        assert!(s.stream(live.id).is_some(), "a live stream was dropped");
+        assert!(s.stream(b.id).is_none() && s.stream(d.id).is_none());
+        assert_eq!(s.streams.lock().order.len(), MAX_STREAMS_KEPT);
     }
 }

@@ -14,6 +14,7 @@ use futures::Stream;
 use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::convert::Infallible;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -31,6 +32,10 @@ pub struct EventStream {
     inner: Mutex<Inner>,
     notify: Notify,
     cap: usize,
+    /// The bytes the log holds, once a reader has read the finished stream to its
+    /// end (0 before): what keeping it only for a resumption costs. An atomic, so
+    /// the session can weigh all its kept streams without taking their locks.
+    read_whole: AtomicUsize,
 }
 
 /// One event of the log: its sequence number, the message, and whether it may be
@@ -104,6 +109,7 @@ impl EventStream {
             }),
             notify: Notify::new(),
             cap: cap.max(1),
+            read_whole: AtomicUsize::new(0),
         }
     }
 
@@ -214,6 +220,14 @@ impl EventStream {
         self.inner.lock().attached
     }
 
+    /// The bytes of a finished stream a reader has read to its end (its body ended
+    /// because nothing was left, not because the client went away); 0 for any other
+    /// stream. Such a stream is kept only in case the connection broke after its
+    /// last bytes were handed over.
+    pub fn read_whole_bytes(&self) -> usize {
+        self.read_whole.load(Ordering::Relaxed)
+    }
+
     /// The sequence number of the last event handed to any reader.
     pub fn delivered(&self) -> u64 {
         self.inner.lock().delivered
@@ -255,6 +269,8 @@ impl EventStream {
             return StreamRead::Events(out);
         }
         if g.closed {
+            // `max(1)`: an empty finished stream counts as read whole too.
+            self.read_whole.store(g.bytes.max(1), Ordering::Relaxed);
             StreamRead::Closed
         } else {
             StreamRead::Pending
