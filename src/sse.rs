@@ -175,18 +175,18 @@ pub fn push_message_event(s: &mut String, id: Option<&str>, data: &str) {
     s.push_str(EVENT_END);
 }
 
-/// [`push_message_event`] for data the caller owns: the event's head goes into `s`
-/// and the data is given back, to be sent after it as it is and followed by
-/// [`EVENT_END`], so that a large message is not copied to be framed. Data with a
-/// raw newline (to be blanked) is framed into `s` whole instead, and `None` returned.
-pub fn push_message_event_head(s: &mut String, id: Option<&str>, data: String) -> Option<String> {
+/// [`push_message_event`] for data sent apart: the event's head goes into `s`, and
+/// `true` says the data is to be sent after it as it is, followed by [`EVENT_END`],
+/// so that a large message is not copied to be framed. Data with a raw newline (to
+/// be blanked) is framed into `s` whole instead, and `false` returned.
+pub fn push_message_event_head(s: &mut String, id: Option<&str>, data: &str) -> bool {
     push_event_head(s, id);
     if memchr::memchr2(b'\n', b'\r', data.as_bytes()).is_some() {
-        push_blanked(s, &data);
+        push_blanked(s, data);
         s.push_str(EVENT_END);
-        return None;
+        return false;
     }
-    Some(data)
+    true
 }
 
 /// A `message` event's lines up to its data.
@@ -206,6 +206,11 @@ fn push_blanked(s: &mut String, data: &str) {
             .map(|c| if c == '\n' || c == '\r' { ' ' } else { c }),
     );
 }
+
+/// Messages from this size on are sent apart from their event's framing, as they are;
+/// a smaller one is cheaper copied into it than handed to the connection as one more
+/// part.
+pub const SENT_APART: usize = 4096;
 
 /// What ends an event whose data was sent after [`push_message_event_head`].
 pub const EVENT_END: &str = "\n\n";
@@ -264,11 +269,11 @@ mod tests {
     #[test]
     fn frames_owned_data_around_it_unless_it_must_be_blanked() {
         let mut head = String::new();
-        let data = push_message_event_head(&mut head, Some("3_1"), "{\"a\":1}".into());
-        let whole = format!("{head}{}{EVENT_END}", data.unwrap());
+        assert!(push_message_event_head(&mut head, Some("3_1"), "{\"a\":1}"));
+        let whole = format!("{head}{}{EVENT_END}", "{\"a\":1}");
         assert_eq!(whole, message_event(Some("3_1"), "{\"a\":1}"));
         let mut head = String::from("x\n");
-        assert!(push_message_event_head(&mut head, None, "{\r\n\"a\":1}".into()).is_none());
+        assert!(!push_message_event_head(&mut head, None, "{\r\n\"a\":1}"));
         assert_eq!(head, format!("x\n{}", message_event(None, "{\r\n\"a\":1}")));
     }
 

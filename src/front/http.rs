@@ -98,14 +98,10 @@ impl hyper::body::Body for Parts {
     }
 }
 
-/// Messages from this size on are sent apart from their framing; a smaller one is
-/// cheaper copied into it than handed to the connection as one more part.
-const SENT_APART: usize = 4096;
-
 /// A string for what goes before `data` in a [`sse_message_body`], with room for the
 /// data too when it will be copied in.
 pub(super) fn sse_head_for(data: &str) -> String {
-    let copied = if data.len() < SENT_APART {
+    let copied = if data.len() < crate::sse::SENT_APART {
         data.len()
     } else {
         0
@@ -117,18 +113,15 @@ pub(super) fn sse_head_for(data: &str) -> String {
 /// event of `data`, a large one sent after its framing as it is (not copied), the
 /// length known up front, so the connection stays open.
 pub(super) fn sse_message_body(mut head: String, id: Option<&str>, data: String) -> HttpResponse {
-    if data.len() < SENT_APART {
+    if data.len() < crate::sse::SENT_APART {
         crate::sse::push_message_event(&mut head, id, &data);
         return with_sse_headers(HttpResponse::new(Body::from(head)));
     }
-    let data = crate::sse::push_message_event_head(&mut head, id, data);
-    let end = data
-        .as_ref()
-        .map(|_| bytes::Bytes::from_static(crate::sse::EVENT_END.as_bytes()));
+    let apart = crate::sse::push_message_event_head(&mut head, id, &data);
     let parts = [
         Some(bytes::Bytes::from(head)),
-        data.map(bytes::Bytes::from),
-        end,
+        apart.then(|| bytes::Bytes::from(data)),
+        apart.then(|| bytes::Bytes::from_static(crate::sse::EVENT_END.as_bytes())),
     ];
     with_sse_headers(HttpResponse::new(Body::new(Parts::new(
         parts.into_iter().flatten(),

@@ -300,6 +300,44 @@ struct ReaderState {
     reader: u64,
     opts: BodyOptions,
     first: Option<String>,
+    /// Parts of events read but not yet handed to the body.
+    parts: VecDeque<Bytes>,
+}
+
+/// An event's message, shared with the log, as the bytes of a body part.
+struct Shared(Arc<String>);
+
+impl AsRef<[u8]> for Shared {
+    fn as_ref(&self) -> &[u8] {
+        self.0.as_bytes()
+    }
+}
+
+/// The parts of `events`' SSE framing: the framing and small messages copied into
+/// one part, each large message (without a raw newline to blank) a part of its own
+/// sharing the log's bytes.
+fn frame_events(
+    events: &[(u64, Arc<String>)],
+    stream: u64,
+    with_ids: bool,
+    parts: &mut VecDeque<Bytes>,
+) {
+    let mut out = String::new();
+    for (seq, json) in events {
+        let id = with_ids.then(|| format!("{stream}_{seq}"));
+        if json.len() < crate::sse::SENT_APART {
+            crate::sse::push_message_event(&mut out, id.as_deref(), json);
+            continue;
+        }
+        if crate::sse::push_message_event_head(&mut out, id.as_deref(), json) {
+            parts.push_back(Bytes::from(std::mem::take(&mut out)));
+            parts.push_back(Bytes::from_owner(Shared(json.clone())));
+            out.push_str(crate::sse::EVENT_END);
+        }
+    }
+    if !out.is_empty() {
+        parts.push_back(Bytes::from(out));
+    }
 }
 
 impl Drop for ReaderState {
@@ -333,10 +371,14 @@ pub fn sse_body(
         reader,
         opts,
         first: (!first.is_empty()).then_some(first),
+        parts: VecDeque::new(),
     };
     futures::stream::unfold(st, |mut st| async move {
         if let Some(first) = st.first.take() {
             return Some((Ok(Bytes::from(first)), st));
+        }
+        if let Some(part) = st.parts.pop_front() {
+            return Some((Ok(part), st));
         }
         loop {
             let stream = st.stream.clone();
@@ -345,16 +387,14 @@ pub fn sse_body(
             notified.as_mut().enable();
             match st.stream.read(st.cursor, st.reader) {
                 StreamRead::Events(evs) => {
-                    let mut out = String::new();
-                    for (seq, json) in &evs {
-                        let id = st
-                            .opts
-                            .with_ids
-                            .then(|| format!("{}_{}", st.stream.id, seq));
-                        out.push_str(&crate::sse::message_event(id.as_deref(), json));
+                    frame_events(&evs, st.stream.id, st.opts.with_ids, &mut st.parts);
+                    if let Some((seq, _)) = evs.last() {
                         st.cursor = *seq;
                     }
-                    return Some((Ok(Bytes::from(out)), st));
+                    match st.parts.pop_front() {
+                        Some(part) => return Some((Ok(part), st)),
+                        None => continue,
+                    }
                 }
                 StreamRead::Closed | StreamRead::Superseded => return None,
                 StreamRead::Pending => {
@@ -403,6 +443,34 @@ mod tests {
             .map(|b| String::from_utf8_lossy(b).into_owned())
             .collect();
         assert_eq!(text, "id: 3_2\nevent: message\ndata: {\"a\":2}\n\n");
+    }
+
+    #[tokio::test]
+    async fn large_messages_are_sent_apart_and_framed_alike() {
+        let big = format!("{{\"t\":\"{}\"}}", "x".repeat(crate::sse::SENT_APART));
+        let big_nl = format!("{{\"t\":\r\n\"{}\"}}", "y".repeat(crate::sse::SENT_APART));
+        let messages = ["{\"a\":1}", &big, &big_nl, "{\"a\":2}", &big];
+        let s = Arc::new(EventStream::new(2, 8));
+        for m in messages {
+            s.push(m.to_owned());
+        }
+        s.close();
+        let body: Vec<Bytes> = sse_body(s.clone(), 0, opts())
+            .map(|b| b.unwrap())
+            .collect()
+            .await;
+        let text: String = body
+            .iter()
+            .map(|b| String::from_utf8_lossy(b).into_owned())
+            .collect();
+        let framed: String = (1..)
+            .zip(messages)
+            .map(|(seq, m)| crate::sse::message_event(Some(&format!("2_{seq}")), m))
+            .collect();
+        assert_eq!(text, framed);
+        // Each large message without a newline to blank is a part of its own.
+        let apart = body.iter().filter(|b| b.as_ref() == big.as_bytes()).count();
+        assert_eq!(apart, 2, "{} parts", body.len());
     }
 
     fn seqs(s: &EventStream, after: u64, r: u64) -> Vec<u64> {
