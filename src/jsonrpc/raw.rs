@@ -84,6 +84,18 @@ impl Raw {
         Ok(Self::trusted(value))
     }
 
+    /// Text written by Gantry from pieces that are each valid JSON (members of checked
+    /// messages, strings it escaped): valid by construction, so not checked again,
+    /// which for a large value is a pass over every byte. Checked in debug builds
+    /// (the tests), where a writer that broke the rule panics.
+    pub fn written(text: String) -> Self {
+        debug_assert!(
+            check(text.as_bytes()).is_ok_and(|v| v.len() == text.len()),
+            "written JSON is not one value without surrounding space: {text}"
+        );
+        Self::trusted(text)
+    }
+
     /// Text already known to be one JSON value with no whitespace around it: written
     /// by a JSON writer, or a slice of a checked message.
     pub(crate) fn trusted(text: impl Into<Box<str>>) -> Self {

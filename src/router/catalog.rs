@@ -629,8 +629,7 @@ impl Router {
         if let Some(s) = route.served.lock().get_mut(kind.index()) {
             *s = Some(view.seen.clone());
         }
-        Raw::from_string(out)
-            .map_err(|e| Fail::Internal(RpcError::new(code::INTERNAL_ERROR, format!("list: {e}"))))
+        Ok(Raw::written(out))
     }
 
     /// Whether backend `idx` has lists of `kind`, as far as the session knows (a

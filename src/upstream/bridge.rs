@@ -59,9 +59,7 @@ pub(super) fn for_session_era(params: Option<Raw>) -> Option<Raw> {
         o.end(&mut out);
         out
     };
-    // Every piece is valid JSON: the check cannot fail, but a failure would leave
-    // the params as they came rather than panic.
-    Some(Raw::from_string(written).unwrap_or(raw))
+    Some(Raw::written(written))
 }
 
 /// Params for a stateless-era backend: `_meta` says which version, and what the

@@ -287,10 +287,10 @@ pub(super) fn relayed(
         }
     }
     o.end(&mut out);
-    // Every piece is valid JSON: the check cannot fail, but a failure would be a
-    // request without params rather than a panic.
-    let raw = Raw::from_string(out).ok();
-    (raw, (!modern.is_empty()).then(|| modern.into()))
+    (
+        Some(Raw::written(out)),
+        (!modern.is_empty()).then(|| modern.into()),
+    )
 }
 
 /// `cacheScope` of Gantry's answers: `private` as soon as callers are told apart
