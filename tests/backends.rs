@@ -459,6 +459,48 @@ async fn a_backends_pipes_grow_for_messages_larger_than_them() {
     assert_eq!(sizes(&r), (grown, grown), "after a 150 KB answer");
 }
 
+/// Large params reach a stdio backend exactly as the client wrote them, whether they
+/// go after the request's head as they are (several writes for more than a pipe
+/// holds) or, holding raw newlines between tokens, framed onto one line.
+#[tokio::test]
+async fn large_params_reach_a_stdio_backend_whole() {
+    let dir = Scratch::new("large-params");
+    let record = dir.file("mb.jsonl");
+    let g = Gantry::recorded_misbehaving(&record);
+    let mut c = g.client();
+    c.initialize().await;
+    // Escapes, non-ASCII text and a message larger than a grown pipe (1 MiB at most).
+    let message = format!("\"é\\\t{}", "0123456789abcdef".repeat(160 * 1024));
+    let params = json!({"name": "echo", "arguments": {"message": message}});
+    let compact = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params});
+    let pretty = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": params});
+    for (id, body) in [
+        (1, compact.to_string()),
+        (2, serde_json::to_string_pretty(&pretty).unwrap()),
+    ] {
+        let r = bounded(
+            "echo",
+            PROMPT,
+            Client::read(c.post_builder().body(body).send().await.unwrap()),
+        )
+        .await;
+        let answer = r
+            .response(&json!(id))
+            .unwrap_or_else(|| panic!("{}", r.raw));
+        assert_eq!(tool_text(answer), message, "call {id}");
+    }
+    let got: Vec<Value> = recorded(&record)
+        .into_iter()
+        .filter(|m| m["method"] == "tools/call")
+        .map(|m| m["params"].clone())
+        .collect();
+    assert_eq!(got.len(), 2, "the backend did not get both calls whole");
+    assert!(
+        got.iter().all(|p| *p == params),
+        "the params changed on the way"
+    );
+}
+
 // ---------------------------------------------------------------------------------
 // 3. A backend that never answers
 // ---------------------------------------------------------------------------------

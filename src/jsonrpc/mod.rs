@@ -380,16 +380,32 @@ pub fn request_json(id: &RequestId, method: &str, params: Option<&str>) -> Strin
     // Room for the envelope and a newline (stdio framing) after it.
     let size = params.map_or(0, str::len);
     let mut out = String::with_capacity(48 + id.raw().get().len() + method.len() + size);
-    out.push_str("{\"jsonrpc\":\"2.0\",\"id\":");
-    out.push_str(id.raw().get());
-    out.push_str(",\"method\":");
-    push_json_string(&mut out, method);
+    push_request_head(&mut out, id, method);
     if let Some(p) = params {
         out.push_str(",\"params\":");
         out.push_str(p);
     }
     out.push('}');
     out
+}
+
+/// A request's text up to its params' value, for params sent after it as they are
+/// and followed by [`REQUEST_END`]: together, [`request_json`] with those params.
+pub fn request_head(id: &RequestId, method: &str) -> String {
+    let mut out = String::with_capacity(56 + id.raw().get().len() + method.len());
+    push_request_head(&mut out, id, method);
+    out.push_str(",\"params\":");
+    out
+}
+
+/// What ends a request written after [`request_head`] and its params.
+pub const REQUEST_END: &str = "}";
+
+fn push_request_head(out: &mut String, id: &RequestId, method: &str) {
+    out.push_str("{\"jsonrpc\":\"2.0\",\"id\":");
+    out.push_str(id.raw().get());
+    out.push_str(",\"method\":");
+    push_json_string(out, method);
 }
 
 impl Notification {

@@ -414,13 +414,20 @@ impl Core {
             OutParams::Checked(p) => p.as_ref().map(Raw::get),
             OutParams::Written(t) => Some(t.as_str()),
         };
-        let mut line = crate::jsonrpc::request_json(&RequestId::from_u64(id), method, text);
+        // Large params go to a stdio backend after the envelope's head as they are
+        // (one vectored write), not copied into one line; below SENT_APART copying
+        // costs less.
+        let apart = text.filter(|t| self.direct && t.len() >= crate::sse::SENT_APART);
+        let mut line = match apart {
+            Some(_) => crate::jsonrpc::request_head(&RequestId::from_u64(id), method),
+            None => crate::jsonrpc::request_json(&RequestId::from_u64(id), method, text),
+        };
         // One deadline for the whole request, its write included (one timer per call).
         let sleep = tokio::time::sleep(timeout);
         tokio::pin!(sleep);
         if self.direct {
             let written = tokio::select! {
-                w = self.write_direct(gen, &mut line) => w,
+                w = self.write_direct_parts(gen, &mut line, apart) => w,
                 _ = &mut sleep => {
                     return Err(UpstreamError::Timeout {
                         backend: self.name.clone(),
@@ -532,6 +539,46 @@ impl Core {
         }
     }
 
+    /// [`Core::write_direct`] of a request written as `head`, then `params` as they
+    /// are, then [`crate::jsonrpc::REQUEST_END`], in one vectored write (`params`
+    /// with a raw newline to blank is framed into one line instead). Without
+    /// `params`, `head` is the whole line.
+    async fn write_direct_parts(
+        &self,
+        gen: u64,
+        head: &mut String,
+        params: Option<&str>,
+    ) -> Result<(), String> {
+        let Some(params) = params else {
+            return self.write_direct(gen, head).await;
+        };
+        if memchr::memchr2(b'\n', b'\r', params.as_bytes()).is_some() {
+            head.push_str(params);
+            head.push_str(crate::jsonrpc::REQUEST_END);
+            return self.write_direct(gen, head).await;
+        }
+        let mut slot = self.stdin.lock().await;
+        match slot.as_mut() {
+            Some(s) if s.gen == gen => {
+                const END: &str = "}\n";
+                debug_assert_eq!(END.trim_end(), crate::jsonrpc::REQUEST_END);
+                let len = head.len() + params.len() + END.len();
+                s.room.fit(len);
+                let mut parts = [
+                    std::io::IoSlice::new(head.as_bytes()),
+                    std::io::IoSlice::new(params.as_bytes()),
+                    std::io::IoSlice::new(END.as_bytes()),
+                ];
+                write_parts(&mut s.w, &mut parts)
+                    .await
+                    .map_err(|e| format!("cannot write to the backend: {e}"))?;
+                self.stats.bytes(false, len);
+                Ok(())
+            }
+            _ => Err("the backend restarted before the request could be sent".into()),
+        }
+    }
+
     /// Sends a message without waiting for anything.
     pub(crate) fn send_line(&self, gen: u64, line: String) {
         if self
@@ -614,6 +661,23 @@ async fn write_line(w: &mut tokio::process::ChildStdin, line: &mut String) -> st
     let written = w.write_all(line.as_bytes()).await;
     line.pop();
     written?;
+    w.flush().await
+}
+
+/// Writes `parts` one after the other with as few writes as the pipe allows
+/// (`writev`), then flushes.
+async fn write_parts(
+    w: &mut tokio::process::ChildStdin,
+    parts: &mut [std::io::IoSlice<'_>],
+) -> std::io::Result<()> {
+    let mut rest = parts;
+    while !rest.is_empty() {
+        let n = w.write_vectored(rest).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        std::io::IoSlice::advance_slices(&mut rest, n);
+    }
     w.flush().await
 }
 
