@@ -113,6 +113,14 @@ fn write_with_server_info(out: &mut String, meta: &Object<'_>, server_info: &Raw
     o.end(out);
 }
 
+/// The most [`splice_for_stateless`] writes beyond the result's own text, so that a
+/// caller can size its string once (a large result grown into is copied whole).
+pub fn stateless_splice_room(server_info: &Raw) -> usize {
+    // `,"resultType":"complete"`, `,"ttlMs":0`, `,"cacheScope":"private"`,
+    // `,"_meta":{"…":…}` and the closing brace: 72 bytes besides the two names'.
+    96 + META_SERVER_INFO.len() + server_info.get().len()
+}
+
 /// Writes `result` shaped for a stateless-era client, as
 /// [`ResultText::write_for_stateless`] would, into `out` by splicing the added
 /// fields before its closing brace: the content is copied once and never parsed.
@@ -181,7 +189,7 @@ pub fn splice_for_stateless(
     }
     let has = |field: u8| named & field != 0;
     let mut more = !inner[1..].trim().is_empty();
-    out.reserve(inner.len() + 160);
+    out.reserve(inner.len() + stateless_splice_room(server_info));
     out.push_str(inner);
     let mut add = |out: &mut String, member: &str| {
         if more {
@@ -472,8 +480,11 @@ mod props {
             private in any::<bool>(),
         ) {
             let info = crate::jsonrpc::to_raw(&json!({"name": "gantry"}));
-            let mut spliced = String::new();
+            let room = text.len() + stateless_splice_room(&info);
+            let mut spliced = String::with_capacity(room);
             if splice_for_stateless(&mut spliced, &text, method, private, &info) {
+                // Sized once: the room the caller was told of was enough.
+                prop_assert_eq!(spliced.capacity(), room);
                 let mut shaped = String::new();
                 ResultText::read(&text).write_for_stateless(&mut shaped, method, private, &info, None);
                 let a: Value = serde_json::from_str(&spliced).unwrap();

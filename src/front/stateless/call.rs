@@ -514,7 +514,9 @@ pub(super) fn final_message(
         Ok(result) => {
             let private = cache_scope(app) == "private";
             let id_text = id.raw().get();
-            let mut out = String::with_capacity(result.get().len() + id_text.len() + 160);
+            // The envelope around the result (40 bytes) and what the splice adds.
+            let room = 40 + crate::mcp::results::stateless_splice_room(server_info_raw());
+            let mut out = String::with_capacity(result.get().len() + id_text.len() + room);
             out.push_str("{\"jsonrpc\":\"2.0\",\"id\":");
             out.push_str(id_text);
             out.push_str(",\"result\":");
