@@ -434,15 +434,21 @@ mod tests {
         s.push("{\"a\":1}".into());
         s.push("{\"a\":2}".into());
         s.close();
-        let body: Vec<Bytes> = sse_body(s.clone(), 1, opts())
+        let (text, _) = body_of(&s, 1).await;
+        assert_eq!(text, "id: 3_2\nevent: message\ndata: {\"a\":2}\n\n");
+    }
+
+    /// The body of a reader after `after`, read to its end: its text and its parts.
+    async fn body_of(s: &Arc<EventStream>, after: u64) -> (String, Vec<Bytes>) {
+        let body: Vec<Bytes> = sse_body(s.clone(), after, opts())
             .map(|b| b.unwrap())
             .collect()
             .await;
-        let text: String = body
+        let text = body
             .iter()
             .map(|b| String::from_utf8_lossy(b).into_owned())
             .collect();
-        assert_eq!(text, "id: 3_2\nevent: message\ndata: {\"a\":2}\n\n");
+        (text, body)
     }
 
     #[tokio::test]
@@ -455,14 +461,7 @@ mod tests {
             s.push(m.to_owned());
         }
         s.close();
-        let body: Vec<Bytes> = sse_body(s.clone(), 0, opts())
-            .map(|b| b.unwrap())
-            .collect()
-            .await;
-        let text: String = body
-            .iter()
-            .map(|b| String::from_utf8_lossy(b).into_owned())
-            .collect();
+        let (text, body) = body_of(&s, 0).await;
         let framed: String = (1..)
             .zip(messages)
             .map(|(seq, m)| crate::sse::message_event(Some(&format!("2_{seq}")), m))
