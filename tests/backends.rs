@@ -377,7 +377,8 @@ async fn garbage_and_overlong_lines_on_stdout_are_logged_and_skipped() {
             "huge",
             "pipes",
             "close_stdout",
-            "ask_many"
+            "ask_many",
+            "stall"
         ]
     );
 
@@ -498,6 +499,79 @@ async fn large_params_reach_a_stdio_backend_whole() {
     assert!(
         got.iter().all(|p| *p == params),
         "the params changed on the way"
+    );
+}
+
+/// A request cut short while a backend does not read its stdin (its call timed out
+/// with the pipe full) leaves part of a line in the pipe: the messages after it
+/// still reach the backend, the cancellation of the call that timed out first
+/// included, instead of being glued to the torn line.
+#[tokio::test]
+async fn a_write_cut_short_costs_the_backend_no_later_message() {
+    let dir = Scratch::new("torn-write");
+    let record = dir.file("mb.jsonl");
+    let g = Gantry::with_config(&mb_backend(
+        "mb",
+        "request_timeout = \"1s\"",
+        &[("MB_RECORD", path_str(&record))],
+    ));
+    let mut c = g.client();
+    c.initialize().await;
+    // The backend reads nothing for 3 s; its call times out after 1 s and is
+    // cancelled upstream while a 2.5 MB request (more than its pipe holds) is being
+    // written, until that call times out too.
+    let stall = c.call_tool(json!(1), "stall", json!({"seconds": 3}));
+    let big = async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        c.call_tool(json!(2), "echo", json!({"message": "z".repeat(2_500_000)}))
+            .await
+    };
+    let (stalled, big) = bounded("calls", PROMPT, async { tokio::join!(stall, big) }).await;
+    assert!(stalled.get("error").is_some(), "{stalled}");
+    assert!(
+        big.get("error").is_some(),
+        "the large call did not time out"
+    );
+    // Then the backend reads again (after its 3 s): a later call is answered, and
+    // the stall's cancellation, written after the torn line, arrived whole.
+    let mut answered = false;
+    for id in 3..13 {
+        let r = bounded(
+            "echo",
+            PROMPT,
+            c.call_tool(json!(id), "echo", json!({"message": "after"})),
+        )
+        .await;
+        if r["result"]["content"][0]["text"] == "after" {
+            answered = true;
+            break;
+        }
+    }
+    assert!(
+        answered,
+        "the backend answered nothing after the torn write"
+    );
+    let stall_id = recorded(&record)
+        .into_iter()
+        .find(|m| m["params"]["name"] == "stall")
+        .map(|m| m["id"].clone())
+        .expect("the stall call reached the backend");
+    let cancelled = poll(PROMPT, || {
+        recorded(&record)
+            .into_iter()
+            .find(|m| {
+                m["method"] == "notifications/cancelled" && m["params"]["requestId"] == stall_id
+            })
+            .map(|_| ())
+    })
+    .await;
+    assert!(
+        cancelled.is_some(),
+        "the stall's cancellation was lost: {:?}",
+        recorded(&record)
+            .iter()
+            .map(|m| m["method"].clone())
+            .collect::<Vec<_>>()
     );
 }
 

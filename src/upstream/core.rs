@@ -185,6 +185,9 @@ pub(crate) struct StdinSlot {
     pub w: tokio::process::ChildStdin,
     /// Room in the pipe behind `w`, grown for a message larger than it.
     pub room: super::pipes::PipeRoom,
+    /// A write was cut short (its call timed out or was cancelled while the pipe was
+    /// full): part of a line is in the pipe, to be ended before the next message.
+    pub torn: bool,
 }
 
 impl Core {
@@ -529,7 +532,7 @@ impl Core {
         match slot.as_mut() {
             Some(s) if s.gen == gen => {
                 s.room.fit(line.len() + 1);
-                write_line(&mut s.w, line)
+                write_line(s, line)
                     .await
                     .map_err(|e| format!("cannot write to the backend: {e}"))?;
                 self.stats.bytes(false, line.len() + 1);
@@ -569,7 +572,7 @@ impl Core {
                     std::io::IoSlice::new(params.as_bytes()),
                     std::io::IoSlice::new(END.as_bytes()),
                 ];
-                write_parts(&mut s.w, &mut parts)
+                write_parts(s, &mut parts)
                     .await
                     .map_err(|e| format!("cannot write to the backend: {e}"))?;
                 self.stats.bytes(false, len);
@@ -651,34 +654,41 @@ impl Drop for Core {
 /// Writes one message to a stdio backend: newline-delimited JSON, one line, in one
 /// write (the newline pushed onto `line`, where the JSON writers leave room for it,
 /// and popped after).
-async fn write_line(w: &mut tokio::process::ChildStdin, line: &mut String) -> std::io::Result<()> {
+async fn write_line(s: &mut StdinSlot, line: &mut String) -> std::io::Result<()> {
     // JSON never holds a raw newline except as whitespace between tokens, so blanking
     // them keeps the message valid and on one line, as stdio framing requires.
     if memchr::memchr2(b'\n', b'\r', line.as_bytes()).is_some() {
         *line = line.replace(['\n', '\r'], " ");
     }
     line.push('\n');
-    let written = w.write_all(line.as_bytes()).await;
+    let written = write_parts(s, &mut [std::io::IoSlice::new(line.as_bytes())]).await;
     line.pop();
-    written?;
-    w.flush().await
+    written
 }
 
-/// Writes `parts` one after the other with as few writes as the pipe allows
-/// (`writev`), then flushes.
-async fn write_parts(
-    w: &mut tokio::process::ChildStdin,
-    parts: &mut [std::io::IoSlice<'_>],
-) -> std::io::Result<()> {
+/// Writes `parts` (one message, its newline last) one after the other with as few
+/// writes as the pipe allows (`writev`), then flushes.
+///
+/// A write is cut short when its call ends first (a timeout while the backend does
+/// not read its stdin): part of the message stays in the pipe. The next message then
+/// ends that line first, so the backend loses one unreadable line and not the next
+/// message as well (a cancellation, say, glued to the torn line).
+async fn write_parts(s: &mut StdinSlot, parts: &mut [std::io::IoSlice<'_>]) -> std::io::Result<()> {
+    if s.torn {
+        // One byte: written whole or not at all, so this cannot tear in turn.
+        s.w.write_all(b"\n").await?;
+        s.torn = false;
+    }
     let mut rest = parts;
     while !rest.is_empty() {
-        let n = w.write_vectored(rest).await?;
+        let n = s.w.write_vectored(rest).await?;
         if n == 0 {
             return Err(std::io::ErrorKind::WriteZero.into());
         }
         std::io::IoSlice::advance_slices(&mut rest, n);
+        s.torn = !rest.is_empty();
     }
-    w.flush().await
+    s.w.flush().await
 }
 
 /// Removes a pending entry when a request ends any way other than a response, and

@@ -132,6 +132,7 @@ async fn run_once(
         gen,
         w: stdin,
         room,
+        torn: false,
     });
     let stdout_closed = CancellationToken::new();
     let reader = tokio::spawn(read_stdout(
