@@ -522,7 +522,18 @@ async fn a_write_cut_short_costs_the_backend_no_later_message() {
     // written, until that call times out too.
     let stall = c.call_tool(json!(1), "stall", json!({"seconds": 3}));
     let big = async {
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        // Once the backend has recorded the stall call, it is stalling.
+        let stalling = poll(PROMPT, || {
+            recorded(&record)
+                .iter()
+                .any(|m| m["params"]["name"] == "stall")
+                .then_some(())
+        })
+        .await;
+        assert!(
+            stalling.is_some(),
+            "the stall call never reached the backend"
+        );
         c.call_tool(json!(2), "echo", json!({"message": "z".repeat(2_500_000)}))
             .await
     };
