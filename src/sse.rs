@@ -189,6 +189,17 @@ pub fn push_message_event_head(s: &mut String, id: Option<&str>, data: &str) -> 
     true
 }
 
+/// A `message` event of `data` framed into `s`, or, for data from [`SENT_APART`] on,
+/// only its head as [`push_message_event_head`] writes it: `true` then says the data
+/// is to be sent after `s` as it is, followed by [`EVENT_END`].
+pub fn push_message_event_or_head(s: &mut String, id: Option<&str>, data: &str) -> bool {
+    if data.len() < SENT_APART {
+        push_message_event(s, id, data);
+        return false;
+    }
+    push_message_event_head(s, id, data)
+}
+
 /// A `message` event's lines up to its data.
 fn push_event_head(s: &mut String, id: Option<&str>) {
     if let Some(id) = id {

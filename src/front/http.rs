@@ -113,19 +113,15 @@ pub(super) fn sse_head_for(data: &str) -> String {
 /// event of `data`, a large one sent after its framing as it is (not copied), the
 /// length known up front, so the connection stays open.
 pub(super) fn sse_message_body(mut head: String, id: Option<&str>, data: String) -> HttpResponse {
-    if data.len() < crate::sse::SENT_APART {
-        crate::sse::push_message_event(&mut head, id, &data);
+    if !crate::sse::push_message_event_or_head(&mut head, id, &data) {
         return with_sse_headers(HttpResponse::new(Body::from(head)));
     }
-    let apart = crate::sse::push_message_event_head(&mut head, id, &data);
     let parts = [
-        Some(bytes::Bytes::from(head)),
-        apart.then(|| bytes::Bytes::from(data)),
-        apart.then(|| bytes::Bytes::from_static(crate::sse::EVENT_END.as_bytes())),
+        bytes::Bytes::from(head),
+        bytes::Bytes::from(data),
+        bytes::Bytes::from_static(crate::sse::EVENT_END.as_bytes()),
     ];
-    with_sse_headers(HttpResponse::new(Body::new(Parts::new(
-        parts.into_iter().flatten(),
-    ))))
+    with_sse_headers(HttpResponse::new(Body::new(Parts::new(parts))))
 }
 
 /// Marks a response as an SSE stream (type, no caching, no proxy buffering).

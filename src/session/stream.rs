@@ -325,11 +325,7 @@ fn frame_events(
     let mut out = String::new();
     for (seq, json) in events {
         let id = with_ids.then(|| format!("{stream}_{seq}"));
-        if json.len() < crate::sse::SENT_APART {
-            crate::sse::push_message_event(&mut out, id.as_deref(), json);
-            continue;
-        }
-        if crate::sse::push_message_event_head(&mut out, id.as_deref(), json) {
+        if crate::sse::push_message_event_or_head(&mut out, id.as_deref(), json) {
             parts.push_back(Bytes::from(std::mem::take(&mut out)));
             parts.push_back(Bytes::from_owner(Shared(json.clone())));
             out.push_str(crate::sse::EVENT_END);
