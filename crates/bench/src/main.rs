@@ -1821,8 +1821,12 @@ fn report(
                 Some(c) => format!("{c:.0}{}", fmt_ratio(c, base_cpu)),
                 None => "n/a".into(),
             },
-            r.per_call(r.root_cpu_us)
-                .map_or_else(|| "n/a".into(), |c| format!("{c:.0}")),
+            // The gateway (or relay) process alone against `direct`'s whole CPU:
+            // what the hop costs beside the backend it fronts.
+            r.per_call(r.root_cpu_us).map_or_else(
+                || "n/a".into(),
+                |c| format!("{c:.0}{}", fmt_ratio(c, base_cpu)),
+            ),
             format!(
                 "{:.1}{}",
                 r.rss_kib as f64 / 1024.0,
@@ -1840,7 +1844,7 @@ fn report(
     }
     let mut out = String::new();
     let about = format!(
-        "{}{}{}{} s measured after {} s warm-up per row; {} CPUs; load generator on {} thread(s) (\"bench busy\": the share of them it kept busy; at ≥ {:.0} % the row is generator-bound and gets no ratios); CLK_TCK {}; Accept: {}; CPU and RSS are of the server process tree, \"root proc\" of the server process alone (gantry's supervisor and gateway without its backends); ratios are to `direct` at the same N and P{}",
+        "{}{}{}{} s measured after {} s warm-up per row; {} CPUs; load generator on {} thread(s) (\"bench busy\": the share of them it kept busy; at ≥ {:.0} % the row is generator-bound and gets no ratios); CLK_TCK {}; Accept: {}; CPU and RSS are of the server process tree, \"root proc\" of the server process alone (gantry's supervisor and gateway without its backends; its ratio is to `direct`'s CPU per call); ratios are to `direct` at the same N and P{}",
         if cli.rounds > 1 {
             format!(
                 "median of {} interleaved rounds (the round with the median calls/s; [range] of calls/s over the rounds); ",
