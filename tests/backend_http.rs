@@ -148,3 +148,69 @@ async fn an_https_backend_of_an_internal_ca_is_trusted_through_ca_file_and_speak
         "{r}"
     );
 }
+
+/// A large call's params go to an HTTP backend as they are, after the head of the
+/// request's envelope (parts of one body): the backend receives exactly the params the
+/// client sent, compact or pretty-printed, and the answer carries them back whole;
+/// over HTTP/1.1 and HTTP/2.
+#[tokio::test]
+async fn large_params_reach_an_http_backend_whole() {
+    let dir = Scratch::new("http-large-params");
+    // HTTP/1.1: the example server over HTTP, recording what it receives.
+    let record = dir.file("http1.jsonl");
+    let backend = HttpServer::example_with_env(&[("MB_RECORD", record.to_str().unwrap())]);
+    let g = gantry()
+        .backend(http_backend("remote", &backend.url))
+        .start();
+    large_calls_arrive_whole(&g, &record).await;
+    // HTTP/2 (prior knowledge): a Gantry serving h2c in front of the recording
+    // example server.
+    let record = dir.file("http2.jsonl");
+    let inner = gantry().backend(example().record(&record)).start();
+    let url = format!("{}/mcp", inner.base);
+    let g = gantry()
+        .backend(http_backend("remote", &url).transport_field(r#"version = "2""#))
+        .start();
+    large_calls_arrive_whole(&g, &record).await;
+}
+
+async fn large_calls_arrive_whole(g: &Gantry, record: &std::path::Path) {
+    let mut c = g.client();
+    c.initialize().await;
+    // Escapes and non-ASCII text, well above the size from which params go apart.
+    let message = format!("\"é\\\t{}", "0123456789abcdef".repeat(64 * 1024));
+    let params = json!({"name": "echo", "arguments": {"message": message}});
+    let compact = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params});
+    let pretty = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": params});
+    for (id, body) in [
+        (1, compact.to_string()),
+        (2, serde_json::to_string_pretty(&pretty).unwrap()),
+    ] {
+        let resp = c.post_builder().body(body).send().await.unwrap();
+        let r = Client::read(resp).await;
+        let answer = r.response(&json!(id)).unwrap_or_else(|| {
+            panic!("call {id}: {}", r.raw.chars().take(300).collect::<String>())
+        });
+        let back = text_of(answer);
+        assert!(
+            back == message,
+            "call {id}: {} bytes came back for {}: {}",
+            back.len(),
+            message.len(),
+            answer.to_string().chars().take(300).collect::<String>()
+        );
+    }
+    let got: Vec<Value> = recorded(record)
+        .into_iter()
+        .filter(|m| m["method"] == "tools/call")
+        .collect();
+    assert_eq!(got.len(), 2, "the backend did not get both calls whole");
+    for (m, id) in got.iter().zip([1, 2]) {
+        assert!(
+            m["params"] == params,
+            "the params of call {id} changed on the way"
+        );
+        assert_eq!(m["jsonrpc"], "2.0");
+        assert!(m["id"].is_u64(), "{}", m["id"]);
+    }
+}

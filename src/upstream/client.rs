@@ -10,7 +10,6 @@
 use bytes::Bytes;
 use http::header::{HeaderMap, HeaderValue, HOST};
 use http::{Method, Request, Response, Uri};
-use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::client::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -22,8 +21,96 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 
-/// A request body: always whole (one JSON-RPC message).
-pub(super) type Body = Full<Bytes>;
+/// A request body: always whole (one JSON-RPC message), at most in three parts that
+/// go out with one vectored write: a large call's params follow the envelope's head
+/// as they are, not copied into one string (`Core::send_request`). Its length is
+/// known up front (`Content-Length`), so the connection stays open. As small as one
+/// `Bytes`: requests and their futures are moved often, so the parts are boxed.
+#[derive(Clone, Default)]
+pub(super) struct Body(Inner);
+
+#[derive(Clone)]
+enum Inner {
+    Whole(Bytes),
+    Parts(Box<Parts>),
+}
+
+impl Default for Inner {
+    fn default() -> Self {
+        Inner::Whole(Bytes::new())
+    }
+}
+
+#[derive(Clone)]
+struct Parts {
+    parts: [Bytes; 3],
+    /// The next part to hand over.
+    next: usize,
+}
+
+impl Parts {
+    fn rest(&self) -> &[Bytes] {
+        self.parts.get(self.next..).unwrap_or_default()
+    }
+}
+
+impl Body {
+    /// `head`, `middle` and `tail` in this order (empty ones are skipped).
+    pub(super) fn parts(head: Bytes, middle: Bytes, tail: Bytes) -> Self {
+        Self(Inner::Parts(Box::new(Parts {
+            parts: [head, middle, tail],
+            next: 0,
+        })))
+    }
+}
+
+impl From<Bytes> for Body {
+    fn from(whole: Bytes) -> Self {
+        Self(Inner::Whole(whole))
+    }
+}
+
+impl hyper::body::Body for Body {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Self::Error>>> {
+        let next = match &mut self.0 {
+            Inner::Whole(b) => Some(std::mem::take(b)).filter(|b| !b.is_empty()),
+            Inner::Parts(p) => {
+                let mut next = None;
+                while let Some(part) = p.parts.get_mut(p.next) {
+                    let part = std::mem::take(part);
+                    p.next += 1;
+                    if !part.is_empty() {
+                        next = Some(part);
+                        break;
+                    }
+                }
+                next
+            }
+        };
+        std::task::Poll::Ready(next.map(|part| Ok(hyper::body::Frame::data(part))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.0 {
+            Inner::Whole(b) => b.is_empty(),
+            Inner::Parts(p) => p.rest().iter().all(Bytes::is_empty),
+        }
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        let len: usize = match &self.0 {
+            Inner::Whole(b) => b.len(),
+            Inner::Parts(p) => p.rest().iter().map(Bytes::len).sum(),
+        };
+        hyper::body::SizeHint::with_exact(u64::try_from(len).unwrap_or(u64::MAX))
+    }
+}
 
 /// Idle HTTP/1.1 connections kept per backend; more are closed when put back.
 const MAX_IDLE: usize = 512;
@@ -239,9 +326,9 @@ impl Client {
         &self,
         method: Method,
         headers: HeaderMap,
-        body: Bytes,
+        body: Body,
     ) -> Result<(Response<Incoming>, Lease), ClientError> {
-        let mut req = Request::new(Full::new(body));
+        let mut req = Request::new(body);
         *req.method_mut() = method;
         *req.headers_mut() = headers;
         if let Some(h2) = self.live_h2() {

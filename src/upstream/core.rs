@@ -86,6 +86,9 @@ pub(crate) enum State {
 pub(crate) struct Outgoing {
     pub gen: u64,
     pub line: String,
+    /// HTTP only: a large request's params, sent as they are after `line` (then the
+    /// head of the request's envelope) and before [`crate::jsonrpc::REQUEST_END`].
+    pub params: Option<bytes::Bytes>,
     /// For requests: the upstream id (HTTP uses it to attribute the response stream).
     pub request_id: Option<u64>,
     /// HTTP only: headers that go with this message (`Mcp-Param-*`).
@@ -100,6 +103,17 @@ pub(crate) enum OutParams {
     /// [`crate::jsonrpc::push_json_string`], values copied from checked text): valid
     /// by construction, so not parsed again to make a [`Raw`](crate::jsonrpc::Raw) of it.
     Written(String),
+}
+
+impl OutParams {
+    /// The params' text, owned, without a copy.
+    fn into_bytes(self) -> bytes::Bytes {
+        match self {
+            OutParams::Checked(Some(p)) => bytes::Bytes::from(p.into_string()),
+            OutParams::Checked(None) => bytes::Bytes::new(),
+            OutParams::Written(t) => bytes::Bytes::from(t),
+        }
+    }
 }
 
 impl From<Option<Raw>> for OutParams {
@@ -417,10 +431,24 @@ impl Core {
             OutParams::Checked(p) => p.as_ref().map(Raw::get),
             OutParams::Written(t) => Some(t.as_str()),
         };
-        // Large params go to a stdio backend after the envelope's head as they are
-        // (one vectored write), not copied into one line; below SENT_APART copying
-        // costs less.
-        let apart = text.filter(|t| self.direct && t.len() >= crate::sse::SENT_APART);
+        // An HTTP backend's POST runs here, beside the wait for its answer: what it
+        // relays (progress, requests, the response) reaches the pending table as it
+        // comes; an answer, a timeout or a cancellation ends it (closing its stream).
+        let session = if self.direct {
+            None
+        } else {
+            self.http_session(gen)
+        };
+        // Large params go to the backend after the envelope's head as they are (one
+        // vectored write to a stdio backend's pipe, or the HTTP body's parts), not
+        // copied into one line; below SENT_APART copying costs less.
+        let apart = text.filter(|t| {
+            t.len() >= crate::sse::SENT_APART
+                && (self.direct
+                    || session
+                        .as_ref()
+                        .is_some_and(|s| s.takes_params_apart(method)))
+        });
         let mut line = match apart {
             Some(_) => crate::jsonrpc::request_head(&RequestId::from_u64(id), method),
             None => crate::jsonrpc::request_json(&RequestId::from_u64(id), method, text),
@@ -445,19 +473,16 @@ impl Core {
                 });
             }
         }
+        let params = match apart {
+            Some(_) if !self.direct => Some(params.into_bytes()),
+            _ => None,
+        };
         let msg = Outgoing {
             gen,
             line,
+            params,
             request_id: Some(id),
             headers,
-        };
-        // An HTTP backend's POST runs here, beside the wait for its answer: what it
-        // relays (progress, requests, the response) reaches the pending table as it
-        // comes; an answer, a timeout or a cancellation ends it (closing its stream).
-        let session = if self.direct {
-            None
-        } else {
-            self.http_session(gen)
         };
         let mut posted = session.is_none();
         let post = match session {
@@ -589,6 +614,7 @@ impl Core {
             .try_send(Outgoing {
                 gen,
                 line,
+                params: None,
                 request_id: None,
                 headers: Vec::new(),
             })

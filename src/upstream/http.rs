@@ -8,7 +8,7 @@
 //! A 404 on a request with a session id means the backend session expired: in-flight
 //! requests fail and the connection re-initializes.
 
-use super::client::{Client, ClientError, Lease};
+use super::client::{Body, Client, ClientError, Lease};
 use super::core::{Core, ExtraHeaders, Outgoing, State};
 use super::handshake::handshake;
 use super::supervise::Transport;
@@ -110,7 +110,7 @@ impl Session {
         &self,
         method: Method,
         headers: HeaderMap,
-        body: Bytes,
+        body: Body,
     ) -> Result<(http::Response<hyper::body::Incoming>, Lease), ClientError> {
         let after = self.core.request_timeout;
         tokio::time::timeout(after, self.exchange_untimed(method, headers, body))
@@ -130,7 +130,7 @@ impl Session {
         &self,
         method: Method,
         mut headers: HeaderMap,
-        body: Bytes,
+        body: Body,
     ) -> Result<(http::Response<hyper::body::Incoming>, Lease), ClientError> {
         if let Some(c) = &self.creds {
             match c.bearer().await {
@@ -207,6 +207,13 @@ impl Session {
         }
     }
 
+    /// Whether a request's params may go apart from its envelope's head
+    /// ([`Outgoing::params`]): not when [`Session::stateless_headers`] reads them
+    /// from the whole message (a stateless-era backend, the era probe).
+    pub(super) fn takes_params_apart(&self, method: &str) -> bool {
+        !self.stateless.load(std::sync::atomic::Ordering::Relaxed) && method != "server/discover"
+    }
+
     /// Stateless era: cancelling a request closes its response stream.
     fn close_stream(&self, line: &str) -> bool {
         if !self.stateless.load(std::sync::atomic::Ordering::Relaxed) {
@@ -237,6 +244,7 @@ impl Session {
     async fn post_timed(self: Arc<Self>, msg: Outgoing, timed: bool) {
         let Outgoing {
             line,
+            params,
             request_id,
             headers: extra,
             ..
@@ -254,8 +262,17 @@ impl Session {
         for (k, v) in extra {
             headers.append(k, v);
         }
-        let len = line.len();
-        let body = Bytes::from(line);
+        let (len, body) = match params {
+            Some(p) => (
+                line.len() + p.len() + crate::jsonrpc::REQUEST_END.len(),
+                Body::parts(
+                    Bytes::from(line),
+                    p,
+                    Bytes::from_static(crate::jsonrpc::REQUEST_END.as_bytes()),
+                ),
+            ),
+            None => (line.len(), Body::from(Bytes::from(line))),
+        };
         let retry_headers = self.creds.as_ref().map(|_| headers.clone());
         let this = &self;
         let exchange = |headers, body| async move {
@@ -428,7 +445,7 @@ impl Session {
         if let Some(v) = last_id.and_then(|id| HeaderValue::from_str(id).ok()) {
             h.insert(LAST_EVENT_ID, v);
         }
-        self.exchange(Method::GET, h, Bytes::new()).await
+        self.exchange(Method::GET, h, Body::default()).await
     }
 
     /// Resumes a POST stream that ended before the response to `related` arrived.
@@ -528,7 +545,7 @@ impl Session {
         }
         let _ = tokio::time::timeout(
             Duration::from_secs(2),
-            self.exchange(Method::DELETE, self.headers(), Bytes::new()),
+            self.exchange(Method::DELETE, self.headers(), Body::default()),
         )
         .await;
     }
@@ -644,7 +661,10 @@ impl Transport for Http {
                     }
                     let note = Notification::new("notifications/initialized", None).to_json();
                     let h = session.post_headers();
-                    match session.exchange(Method::POST, h, Bytes::from(note)).await {
+                    match session
+                        .exchange(Method::POST, h, Bytes::from(note).into())
+                        .await
+                    {
                         Ok((resp, mut lease)) => {
                             let max = session.core.max_message_bytes;
                             if lease.read_body(resp.into_body(), max).await.is_ok() {
