@@ -177,15 +177,9 @@ async fn large_params_reach_an_http_backend_whole() {
 async fn large_calls_arrive_whole(g: &Gantry, record: &std::path::Path) {
     let mut c = g.client();
     c.initialize().await;
-    // Escapes and non-ASCII text, well above the size from which params go apart.
-    let message = format!("\"é\\\t{}", "0123456789abcdef".repeat(64 * 1024));
-    let params = json!({"name": "echo", "arguments": {"message": message}});
-    let compact = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params});
-    let pretty = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": params});
-    for (id, body) in [
-        (1, compact.to_string()),
-        (2, serde_json::to_string_pretty(&pretty).unwrap()),
-    ] {
+    // Well above the size from which params go apart.
+    let (message, params, bodies) = large_echo_calls(1024);
+    for (id, body) in bodies {
         let resp = c.post_builder().body(body).send().await.unwrap();
         let r = Client::read(resp).await;
         let answer = r.response(&json!(id)).unwrap_or_else(|| {

@@ -470,15 +470,9 @@ async fn large_params_reach_a_stdio_backend_whole() {
     let g = Gantry::recorded_misbehaving(&record);
     let mut c = g.client();
     c.initialize().await;
-    // Escapes, non-ASCII text and a message larger than a grown pipe (1 MiB at most).
-    let message = format!("\"é\\\t{}", "0123456789abcdef".repeat(160 * 1024));
-    let params = json!({"name": "echo", "arguments": {"message": message}});
-    let compact = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params});
-    let pretty = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": params});
-    for (id, body) in [
-        (1, compact.to_string()),
-        (2, serde_json::to_string_pretty(&pretty).unwrap()),
-    ] {
+    // A message larger than a grown pipe (1 MiB at most).
+    let (message, params, bodies) = large_echo_calls(2560);
+    for (id, body) in bodies {
         let r = bounded(
             "echo",
             PROMPT,

@@ -634,6 +634,20 @@ pub(crate) async fn call_answering(
     panic!("no response to {id}");
 }
 
+/// A large call of `echo`: its message (escapes, non-ASCII text and `kib` KiB of
+/// digits), its params, and the call as a body written compact (id 1) and
+/// pretty-printed (id 2, raw newlines between tokens).
+pub(crate) fn large_echo_calls(kib: usize) -> (String, Value, [(u64, String); 2]) {
+    let message = format!("\"é\\\t{}", "0123456789abcdef".repeat(kib * 64));
+    let params = serde_json::json!({"name": "echo", "arguments": {"message": message}});
+    let call = |id: u64| serde_json::json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params});
+    let bodies = [
+        (1, call(1).to_string()),
+        (2, serde_json::to_string_pretty(&call(2)).unwrap()),
+    ];
+    (message, params, bodies)
+}
+
 /// The messages a test backend recorded (`MB_RECORD`), one JSON object per line.
 pub(crate) fn recorded(file: &std::path::Path) -> Vec<Value> {
     std::fs::read_to_string(file)
