@@ -510,3 +510,47 @@ fn tls_connector(
     cfg.alpn_protocols = alpn;
     Ok(tokio_rustls::TlsConnector::from(Arc::new(cfg)))
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+    use http_body_util::BodyExt as _;
+    use hyper::body::Body as _;
+
+    /// Each non-empty part is a frame of its own, in order; the length is exact
+    /// before and while the body is read; an empty body ends at once.
+    #[tokio::test]
+    async fn a_body_of_parts_is_its_parts_in_order_with_an_exact_length() {
+        let mut body = Body::parts(
+            Bytes::from_static(b"{\"params\":"),
+            Bytes::from_static(b"{\"a\":1}"),
+            Bytes::from_static(b"}"),
+        );
+        assert_eq!(body.size_hint().exact(), Some(18));
+        let mut frames = Vec::new();
+        while let Some(frame) = body.frame().await {
+            frames.push(frame.unwrap().into_data().unwrap());
+            let left: usize = 18 - frames.iter().map(Bytes::len).sum::<usize>();
+            assert_eq!(body.size_hint().exact(), Some(left as u64));
+            assert_eq!(body.is_end_stream(), left == 0);
+        }
+        assert_eq!(frames, ["{\"params\":", "{\"a\":1}", "}"]);
+
+        // Empty parts are skipped, not sent as empty frames, and the body ends with
+        // its last non-empty part.
+        let mut body = Body::parts(Bytes::new(), Bytes::from_static(b"x"), Bytes::new());
+        assert!(!body.is_end_stream());
+        let x = body.frame().await.unwrap().unwrap().into_data().unwrap();
+        assert_eq!(x, "x");
+        assert!(body.is_end_stream());
+        assert!(body.frame().await.is_none());
+
+        let whole = Body::from(Bytes::from_static(b"{}"));
+        assert_eq!(whole.size_hint().exact(), Some(2));
+        assert_eq!(whole.collect().await.unwrap().to_bytes(), "{}");
+        let mut empty = Body::default();
+        assert!(empty.is_end_stream());
+        assert!(empty.frame().await.is_none());
+    }
+}
