@@ -14,20 +14,23 @@ pub struct OriginPolicy {
 }
 
 fn is_loopback_host(host: &str) -> bool {
-    matches!(host, "localhost" | "127.0.0.1" | "[::1]" | "::1")
+    ["localhost", "127.0.0.1", "[::1]", "::1"]
+        .iter()
+        .any(|l| l.eq_ignore_ascii_case(host))
 }
 
-/// Splits `host[:port]` (with IPv6 brackets) into its host part, lowercased.
-fn host_part(hostport: &str) -> String {
-    let h = hostport.trim().to_ascii_lowercase();
-    if let Some(rest) = h.strip_prefix('[') {
-        return match rest.find(']') {
-            Some(i) => format!("[{}]", rest.get(..i).unwrap_or_default()),
+/// The host part of `host[:port]` (with IPv6 brackets), trimmed; compared without
+/// regard to ASCII case, so nothing is allocated for the check on every request.
+fn host_part(hostport: &str) -> &str {
+    let h = hostport.trim();
+    if h.starts_with('[') {
+        return match h.find(']') {
+            Some(i) => h.get(..=i).unwrap_or(h),
             None => h,
         };
     }
     match h.rsplit_once(':') {
-        Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) => host.to_owned(),
+        Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) => host,
         _ => h,
     }
 }
@@ -53,13 +56,15 @@ impl OriginPolicy {
         let host_ok = match host {
             None => self.hosts.is_empty() && !self.loopback_only,
             Some(h) => {
-                let lower = h.to_ascii_lowercase();
                 if self.hosts.is_empty() {
-                    !self.loopback_only || is_loopback_host(&host_part(h))
+                    !self.loopback_only || is_loopback_host(host_part(h))
                 } else {
-                    self.hosts
-                        .iter()
-                        .any(|a| a == "*" || *a == lower || *a == host_part(h))
+                    // The allow-list is lowercased when the policy is made.
+                    self.hosts.iter().any(|a| {
+                        a == "*"
+                            || a.eq_ignore_ascii_case(h)
+                            || a.eq_ignore_ascii_case(host_part(h))
+                    })
                 }
             }
         };
@@ -70,16 +75,20 @@ impl OriginPolicy {
             ));
         }
         let Some(origin) = origin else { return Ok(()) };
-        let o = origin.trim_end_matches('/').to_ascii_lowercase();
-        if self.origins.iter().any(|a| a == "*" || *a == o) {
+        let o = origin.trim_end_matches('/');
+        if self
+            .origins
+            .iter()
+            .any(|a| a == "*" || a.eq_ignore_ascii_case(o))
+        {
             return Ok(());
         }
-        if o == "null" {
+        if o.eq_ignore_ascii_case("null") {
             return Err("Origin `null` is not allowed".into());
         }
         let authority = o.split_once("://").map(|(_, a)| a).unwrap_or("");
         let same_origin = host.is_some_and(|h| h.eq_ignore_ascii_case(authority));
-        let loopback_origin = self.loopback_only && is_loopback_host(&host_part(authority));
+        let loopback_origin = self.loopback_only && is_loopback_host(host_part(authority));
         if same_origin || loopback_origin {
             Ok(())
         } else {
@@ -126,5 +135,34 @@ mod tests {
         let strict = OriginPolicy::new(&["mcp.example.com".into()], &[], false);
         assert!(strict.check(Some("mcp.example.com:443"), None).is_ok());
         assert!(strict.check(Some("other.example.com"), None).is_err());
+    }
+
+    #[test]
+    fn hosts_and_origins_match_in_any_ascii_case() {
+        let p = OriginPolicy::new(&[], &[], true);
+        assert!(p.check(Some("LocalHost:8080"), None).is_ok());
+        assert!(p.check(Some(" [::1]:8080 "), None).is_ok());
+        assert!(p
+            .check(Some("127.0.0.1:8080"), Some("HTTP://LOCALHOST:3000/"))
+            .is_ok());
+        assert!(p.check(Some("localhost"), Some("NULL")).is_err());
+        assert!(p.check(Some("LOCALHOST.evil.example"), None).is_err());
+        assert!(p.check(Some("[::1"), None).is_err());
+        let strict = OriginPolicy::new(
+            &["MCP.Example.com".into()],
+            &["https://App.Example.com/".into()],
+            false,
+        );
+        assert!(strict.check(Some("mcp.EXAMPLE.com:443"), None).is_ok());
+        assert!(strict.check(Some("mcp.example.com:x"), None).is_err());
+        assert!(strict
+            .check(Some("mcp.example.com"), Some("https://app.example.COM"))
+            .is_ok());
+        assert!(strict
+            .check(
+                Some("mcp.example.com"),
+                Some("https://app.example.com.evil")
+            )
+            .is_err());
     }
 }
