@@ -1174,3 +1174,22 @@ async fn a_session_works_over_http2_with_prior_knowledge() {
         .unwrap();
     common::h2::session_over(tcp, &g.url, "over h2").await;
 }
+
+/// A `HEAD` of the MCP endpoint is refused (405, with what is allowed) and has no
+/// body, over HTTP/1.1 and over HTTP/2, where a body sent with it is a protocol
+/// error the client sees instead of the answer.
+#[tokio::test]
+async fn head_of_the_mcp_endpoint_is_405_without_a_body_over_both_protocols() {
+    let g = Gantry::with_config(&config_with(""));
+    let tcp = tokio::net::TcpStream::connect(g.base.trim_start_matches("http://"))
+        .await
+        .unwrap();
+    let (status, headers, body) = common::h2::head(tcp, &g.url).await;
+    assert_eq!(status, 405);
+    assert_eq!(headers["allow"], "GET, POST, DELETE");
+    assert_eq!(body.as_deref(), Ok(&b""[..]));
+    let r = reqwest::Client::new().head(&g.url).send().await.unwrap();
+    assert_eq!(r.status(), 405);
+    assert_eq!(r.headers()["allow"], "GET, POST, DELETE");
+    assert_eq!(r.bytes().await.unwrap().len(), 0);
+}

@@ -81,14 +81,24 @@ impl Connections {
 
 /// Accepts connections until `stop`, serving each with `routes`. Returns the
 /// connections still open, to be ended with [`Connections::close`].
-pub(crate) async fn accept(
+pub(crate) async fn accept<S>(
     listener: TcpListener,
-    routes: axum::Router,
+    routes: S,
     limits: ConnLimits,
     bytes: ByteCounters,
     tls: Option<Arc<super::tls::Tls>>,
     stop: CancellationToken,
-) -> Connections {
+) -> Connections
+where
+    S: tower::Service<
+            axum::extract::Request,
+            Response = axum::response::Response,
+            Error = std::convert::Infallible,
+        > + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
     let conns = Connections {
         tracker: TaskTracker::new(),
         finish: CancellationToken::new(),

@@ -63,3 +63,39 @@ where
     assert_eq!(status, 200, "{body}");
     assert!(body.contains(message), "{body}");
 }
+
+/// A `HEAD` of `url` over one HTTP/2 connection on `io`: the status, the headers,
+/// and the body as it arrived (a stream the server ends uncleanly is an `Err`).
+pub async fn head<T>(
+    io: T,
+    url: &str,
+) -> (
+    hyper::StatusCode,
+    hyper::HeaderMap,
+    Result<bytes::Bytes, String>,
+)
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut h2, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(io),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    let req = hyper::Request::head(url)
+        .body(http_body_util::Empty::<bytes::Bytes>::new())
+        .unwrap();
+    let resp = tokio::time::timeout(Duration::from_secs(10), h2.send_request(req))
+        .await
+        .expect("an answer over HTTP/2 within 10 s")
+        .unwrap();
+    let (parts, body) = resp.into_parts();
+    let body = tokio::time::timeout(Duration::from_secs(10), body.collect())
+        .await
+        .expect("the body within 10 s")
+        .map(|b| b.to_bytes())
+        .map_err(|e| e.to_string());
+    (parts.status, parts.headers, body)
+}
