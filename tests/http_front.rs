@@ -1169,9 +1169,7 @@ async fn cors_for_allowed_origins() {
 #[tokio::test]
 async fn a_session_works_over_http2_with_prior_knowledge() {
     let g = Gantry::with_config(&config_with(""));
-    let tcp = tokio::net::TcpStream::connect(g.base.trim_start_matches("http://"))
-        .await
-        .unwrap();
+    let tcp = common::h2::tcp(&g.base).await;
     common::h2::session_over(tcp, &g.url, "over h2").await;
 }
 
@@ -1181,9 +1179,7 @@ async fn a_session_works_over_http2_with_prior_knowledge() {
 #[tokio::test]
 async fn head_of_the_mcp_endpoint_is_405_without_a_body_over_both_protocols() {
     let g = Gantry::with_config(&config_with(""));
-    let tcp = tokio::net::TcpStream::connect(g.base.trim_start_matches("http://"))
-        .await
-        .unwrap();
+    let tcp = common::h2::tcp(&g.base).await;
     let (status, headers, body) = common::h2::head(tcp, &g.url).await;
     assert_eq!(status, 405);
     assert_eq!(headers["allow"], "GET, POST, DELETE");

@@ -13,13 +13,7 @@ pub async fn session_over<T>(io: T, url: &str, message: &str)
 where
     T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let (mut h2, conn) = hyper::client::conn::http2::handshake(
-        hyper_util::rt::TokioExecutor::new(),
-        hyper_util::rt::TokioIo::new(io),
-    )
-    .await
-    .unwrap();
-    tokio::spawn(conn);
+    let mut h2 = handshake(io).await;
     let url: hyper::Uri = url.parse().unwrap();
     let mut session: Option<String> = None;
     let mut exchange = async |body: serde_json::Value| {
@@ -77,15 +71,9 @@ pub async fn head<T>(
 where
     T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let (mut h2, conn) = hyper::client::conn::http2::handshake(
-        hyper_util::rt::TokioExecutor::new(),
-        hyper_util::rt::TokioIo::new(io),
-    )
-    .await
-    .unwrap();
-    tokio::spawn(conn);
+    let mut h2 = handshake(io).await;
     let req = hyper::Request::head(url)
-        .body(http_body_util::Empty::<bytes::Bytes>::new())
+        .body(Full::new(bytes::Bytes::new()))
         .unwrap();
     let resp = tokio::time::timeout(Duration::from_secs(10), h2.send_request(req))
         .await
@@ -98,4 +86,26 @@ where
         .map(|b| b.to_bytes())
         .map_err(|e| e.to_string());
     (parts.status, parts.headers, body)
+}
+
+/// The client side of an HTTP/2 connection on `io`, its connection task spawned.
+async fn handshake<T>(io: T) -> hyper::client::conn::http2::SendRequest<Full<bytes::Bytes>>
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (h2, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(io),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    h2
+}
+
+/// A TCP connection to a Gantry at `base` (`http://ADDR`), for cleartext HTTP/2.
+pub async fn tcp(base: &str) -> tokio::net::TcpStream {
+    tokio::net::TcpStream::connect(base.trim_start_matches("http://"))
+        .await
+        .unwrap()
 }
