@@ -326,7 +326,7 @@ pub fn routes(app: Arc<App>) -> axum::Router {
 /// its handler: the router would look its path up, put the matched path, the
 /// original URI and the (no) path parameters into the request's extensions, clone a
 /// boxed service and box the handler's future again, about 2.5 k instructions and
-/// five allocations on every call (BENCHMARKS.md). Everything else goes through the
+/// six allocations on every call (BENCHMARKS.md). Everything else goes through the
 /// router, which still holds the MCP route too: the same handler, and a path that
 /// would collide with another route is refused when the routes are built, as before.
 #[derive(Clone)]
