@@ -55,6 +55,14 @@ impl Parts {
 }
 
 impl Body {
+    /// The bytes left to send.
+    pub(super) fn len(&self) -> usize {
+        match &self.0 {
+            Inner::Whole(b) => b.len(),
+            Inner::Parts(p) => p.rest().iter().map(Bytes::len).sum(),
+        }
+    }
+
     /// `head`, `middle` and `tail` in this order (empty ones are skipped).
     pub(super) fn parts(head: Bytes, middle: Bytes, tail: Bytes) -> Self {
         Self(Inner::Parts(Box::new(Parts {
@@ -104,11 +112,7 @@ impl hyper::body::Body for Body {
     }
 
     fn size_hint(&self) -> hyper::body::SizeHint {
-        let len: usize = match &self.0 {
-            Inner::Whole(b) => b.len(),
-            Inner::Parts(p) => p.rest().iter().map(Bytes::len).sum(),
-        };
-        hyper::body::SizeHint::with_exact(u64::try_from(len).unwrap_or(u64::MAX))
+        hyper::body::SizeHint::with_exact(u64::try_from(self.len()).unwrap_or(u64::MAX))
     }
 }
 

@@ -262,17 +262,15 @@ impl Session {
         for (k, v) in extra {
             headers.append(k, v);
         }
-        let (len, body) = match params {
-            Some(p) => (
-                line.len() + p.len() + crate::jsonrpc::REQUEST_END.len(),
-                Body::parts(
-                    Bytes::from(line),
-                    p,
-                    Bytes::from_static(crate::jsonrpc::REQUEST_END.as_bytes()),
-                ),
+        let body = match params {
+            Some(p) => Body::parts(
+                Bytes::from(line),
+                p,
+                Bytes::from_static(crate::jsonrpc::REQUEST_END.as_bytes()),
             ),
-            None => (line.len(), Body::from(Bytes::from(line))),
+            None => Body::from(Bytes::from(line)),
         };
+        let len = body.len();
         let retry_headers = self.creds.as_ref().map(|_| headers.clone());
         let this = &self;
         let exchange = |headers, body| async move {
