@@ -91,15 +91,28 @@ impl<'a> Object<'a> {
             let k = string_value(k)?;
             if k == key {
                 // As `read_at`: the last one counts, and only if it is an object.
-                inner = if v.starts_with('{') {
-                    Some(Self::parse(v)?)
-                } else {
-                    None
+                inner = match (v.starts_with('{'), raw.nested_members(v)) {
+                    (false, _) => None,
+                    (true, Some(found)) => Some(Self::of_members(found)?),
+                    (true, None) => Some(Self::parse(v)?),
                 };
             }
             o.insert(k, v);
         }
         Some((o, inner))
+    }
+
+    /// An object from its members (keys as written), as [`Object::parse`] reads
+    /// them; `None` if a key does not decode.
+    fn of_members(members: impl Iterator<Item = (&'a str, &'a str)>) -> Option<Self> {
+        let mut o = Object {
+            entries: Vec::with_capacity(8),
+            index: None,
+        };
+        for (k, v) in members {
+            o.insert(string_value(k)?, v);
+        }
+        Some(o)
     }
 
     /// The object opening at `open`, the object value of its member `nested` (the

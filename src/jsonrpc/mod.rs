@@ -193,8 +193,10 @@ impl Message {
     pub fn parse(bytes: &[u8]) -> Result<Self, ParseError> {
         // The envelope's members are found by the check, in the same pass.
         let mut members = Vec::with_capacity(8);
-        let text = raw::check_with_members(bytes, &mut members).map_err(|_| not_json(bytes))?;
-        Self::from_members(text, members)
+        let mut shape = raw::ParamsShape::default();
+        let text = raw::check_message(bytes, &mut members, Some(&mut shape))
+            .map_err(|_| not_json(bytes))?;
+        Self::from_members(text, members, shape)
     }
 
     /// Parses one message from text known to be one JSON value, and its members if
@@ -202,16 +204,21 @@ impl Message {
     fn from_members<'a>(
         text: &'a str,
         members: impl IntoIterator<Item = raw::Member<'a>>,
+        shape: raw::ParamsShape,
     ) -> Result<Self, ParseError> {
         // A message is a JSON object (serde would also have read the envelope's
         // fields by position from an array, `["2.0", 1, "ping"]`).
         if !text.starts_with('{') {
             return Err(ParseError::Invalid("not a JSON-RPC object"));
         }
-        Self::from_envelope(Envelope::read(members)?)
+        Self::from_envelope(text, Envelope::read(members)?, shape)
     }
 
-    fn from_envelope(env: Envelope<'_>) -> Result<Self, ParseError> {
+    fn from_envelope(
+        text: &str,
+        env: Envelope<'_>,
+        shape: raw::ParamsShape,
+    ) -> Result<Self, ParseError> {
         match env.jsonrpc {
             Some("\"2.0\"") => {}
             _ => return Err(ParseError::Invalid("\"jsonrpc\" must be \"2.0\"")),
@@ -234,7 +241,7 @@ impl Message {
                 ));
             }
         }
-        let params = env.params.map(Raw::trusted);
+        let params = env.params.map(|p| Raw::params_of(text, p, shape));
         match (env.method, env.result, env.error) {
             (Some(method), None, None) => match id {
                 Some(id) => Ok(Message::Request(Request {
@@ -329,18 +336,21 @@ impl Incoming {
     /// Parses a body that may be a single message or a batch.
     pub fn parse(bytes: &[u8]) -> Result<Self, ParseError> {
         let mut top = Vec::new();
-        let text = raw::check_with_members(bytes, &mut top).map_err(|_| not_json(bytes))?;
+        let mut shape = raw::ParamsShape::default();
+        let text =
+            raw::check_message(bytes, &mut top, Some(&mut shape)).map_err(|_| not_json(bytes))?;
         if text.starts_with('[') {
             let mut out = Vec::new();
             for item in members::elements(text) {
-                out.push(Message::from_members(item, members::members(item))?);
+                let shape = raw::ParamsShape::default();
+                out.push(Message::from_members(item, members::members(item), shape)?);
             }
             if out.is_empty() {
                 return Err(ParseError::Invalid("an empty batch is not a message"));
             }
             Ok(Incoming::Batch(out))
         } else {
-            Message::from_members(text, top).map(Incoming::Single)
+            Message::from_members(text, top, shape).map(Incoming::Single)
         }
     }
 }

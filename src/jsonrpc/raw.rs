@@ -29,18 +29,51 @@ use std::fmt;
 /// they are asked for ([`Raw::members`]): a call's params are read by several layers
 /// (the tool's name, `_meta` for a trace context, a progress token, stateless-era
 /// keys), and each walk of them skipped the whole of the arguments beside.
+///
+/// A request's params parsed with their message ([`check_message`]) keep what that
+/// pass found instead: their members and those of their `_meta`, whatever their size.
 #[derive(Clone)]
 pub struct Raw {
     text: Box<str>,
-    /// `None` inside: too many members to keep (each reader walks them).
-    members: OnceBox<Option<Box<[MemberSpan]>>>,
+    index: OnceBox<Index>,
+}
+
+/// Where an object's members are, once found.
+#[derive(Clone)]
+struct Index {
+    /// `None`: too many members to keep (each reader walks them).
+    members: Option<Vec<MemberSpan>>,
+    /// The members of one member's object value (`_meta`), found by the check that
+    /// made this `Raw`: where that value starts, and its members.
+    nested: Option<(u32, Vec<MemberSpan>)>,
 }
 
 /// Where one member of an object is: its key (as written) and its value.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 struct MemberSpan {
     key: (u32, u32),
     value: (u32, u32),
+}
+
+impl MemberSpan {
+    /// The spans of a member found in a text; `None` past 4 GiB.
+    fn of(key: &Span, value: &Span) -> Option<Self> {
+        let at = |r: &Span| Some((u32::try_from(r.start).ok()?, u32::try_from(r.end).ok()?));
+        Some(MemberSpan {
+            key: at(key)?,
+            value: at(value)?,
+        })
+    }
+
+    /// This member's place in a text that starts `origin` bytes into this one's.
+    fn moved(&mut self, origin: u32) {
+        let back = |(from, to): &mut (u32, u32)| {
+            *from = from.saturating_sub(origin);
+            *to = to.saturating_sub(origin);
+        };
+        back(&mut self.key);
+        back(&mut self.value);
+    }
 }
 
 /// Objects below this size are walked each time: the walk is cheaper than an index.
@@ -101,8 +134,35 @@ impl Raw {
     pub(crate) fn trusted(text: impl Into<Box<str>>) -> Self {
         Self {
             text: text.into(),
-            members: OnceBox::new(),
+            index: OnceBox::new(),
         }
+    }
+
+    /// A message's `params` (`text`, a slice of the checked `message`), with what
+    /// [`check_message`] found of its members and its `_meta`'s.
+    pub(crate) fn params_of(message: &str, text: &str, shape: ParamsShape) -> Self {
+        let raw = Self::trusted(text);
+        let origin = (text.as_ptr() as usize).wrapping_sub(message.as_ptr() as usize);
+        let Some(origin) = shape
+            .params
+            .at
+            .filter(|&at| usize::try_from(at).is_ok_and(|at| at == origin))
+        else {
+            return raw;
+        };
+        let relative = |mut spans: Vec<MemberSpan>| {
+            spans.iter_mut().for_each(|s| s.moved(origin));
+            spans
+        };
+        let nested = shape
+            .meta
+            .at
+            .map(|at| (at.saturating_sub(origin), relative(shape.meta.spans)));
+        let _ = raw.index.set(Box::new(Index {
+            members: Some(relative(shape.params.spans)),
+            nested,
+        }));
+        raw
     }
 
     /// The JSON text.
@@ -120,36 +180,44 @@ impl Raw {
     /// object is walked once and its members' places kept for the next reader.
     pub fn members(&self) -> RawMembers<'_> {
         let text: &str = &self.text;
-        if text.len() < INDEXED || u32::try_from(text.len()).is_err() {
-            return RawMembers(Inner::Walk(super::members::members(text)));
-        }
-        let spans = self.members.get_or_init(|| {
-            Box::new({
+        let index = match self.index.get() {
+            Some(index) => index,
+            None if text.len() < INDEXED || u32::try_from(text.len()).is_err() => {
+                return RawMembers(Inner::Walk(super::members::members(text)));
+            }
+            None => self.index.get_or_init(|| {
                 let mut walk = super::members::members(text);
-                // The text's length fits in u32 (checked above), so its offsets do.
-                let at = |r: std::ops::Range<usize>| {
-                    (
-                        u32::try_from(r.start).unwrap_or(u32::MAX),
-                        u32::try_from(r.end).unwrap_or(u32::MAX),
-                    )
-                };
-                let spans: Vec<MemberSpan> = std::iter::from_fn(|| walk.next_spans())
+                let spans: Option<Vec<MemberSpan>> = std::iter::from_fn(|| walk.next_spans())
                     .take(MAX_INDEXED_MEMBERS + 1)
-                    .map(|(k, v)| MemberSpan {
-                        key: at(k),
-                        value: at(v),
-                    })
+                    .map(|(k, v)| MemberSpan::of(&k, &v))
                     .collect();
-                (spans.len() <= MAX_INDEXED_MEMBERS).then(|| spans.into_boxed_slice())
-            })
-        });
-        match spans {
+                Box::new(Index {
+                    members: spans.filter(|s| s.len() <= MAX_INDEXED_MEMBERS),
+                    nested: None,
+                })
+            }),
+        };
+        match &index.members {
             Some(spans) => RawMembers(Inner::Indexed {
                 text,
                 spans: spans.iter(),
             }),
             None => RawMembers(Inner::Walk(super::members::members(text))),
         }
+    }
+
+    /// The members of `value`, the object value of one of this object's members
+    /// (a slice of [`Raw::get`]), if the check that made this `Raw` found them
+    /// (a request's `_meta`, see [`Raw::params_of`]).
+    pub fn nested_members<'a>(&'a self, value: &'a str) -> Option<RawMembers<'a>> {
+        let (at, spans) = self.index.get()?.nested.as_ref()?;
+        let offset = (value.as_ptr() as usize).checked_sub(self.text.as_ptr() as usize)?;
+        (u32::try_from(offset).ok()? == *at).then(|| {
+            RawMembers(Inner::Indexed {
+                text: &self.text,
+                spans: spans.iter(),
+            })
+        })
     }
 }
 
@@ -222,37 +290,128 @@ pub fn check_with_members<'a>(
     b: &'a [u8],
     members: &mut Vec<Member<'a>>,
 ) -> Result<&'a str, NotJson> {
+    check_message(b, members, None)
+}
+
+/// [`check_with_members`] for a JSON-RPC message, also finding, when given `shape`,
+/// the members of its `params` and of their `_meta` (the last one), which several
+/// layers read: kept with the params ([`Raw::params_of`]), they are not walked again.
+pub fn check_message<'a>(
+    b: &'a [u8],
+    members: &mut Vec<Member<'a>>,
+    shape: Option<&mut ParamsShape>,
+) -> Result<&'a str, NotJson> {
     let text = std::str::from_utf8(b).map_err(|e| NotJson {
         at: e.valid_up_to(),
     })?;
-    let span = structure(text, members).map_err(|at| NotJson { at })?;
+    let span = structure(text, members, shape).map_err(|at| NotJson { at })?;
     text.get(span).ok_or(NotJson { at: 0 })
 }
 
 type Span = std::ops::Range<usize>;
 
+/// What [`check_message`] found of a message's `params`: the members of `params` if
+/// it is an object, and those of its `_meta` if that is one, with where each opens.
+#[derive(Default)]
+pub struct ParamsShape {
+    params: Level,
+    meta: Level,
+}
+
+/// One object of a [`ParamsShape`].
+#[derive(Default)]
+struct Level {
+    /// Where the object opens in the message; `None` when it was not found.
+    at: Option<u32>,
+    /// Its members' keys (as written) and values.
+    spans: Vec<MemberSpan>,
+}
+
+impl Level {
+    fn begin(&mut self, at: usize) {
+        self.spans.clear();
+        // A message's params and `_meta` have a few members; none past 4 GiB.
+        self.spans.reserve(8);
+        self.at = u32::try_from(at).ok();
+    }
+}
+
+impl ParamsShape {
+    /// The object opening at `at` is the value of `params` (depth 1) or of its
+    /// `_meta` (depth 2); a repeat replaces what the one before had.
+    fn begin(&mut self, depth: usize, at: usize) {
+        if depth == 1 {
+            self.params.begin(at);
+            self.meta.at = None;
+            self.meta.spans.clear();
+        } else {
+            self.meta.begin(at);
+        }
+    }
+
+    /// A member of the object at `depth` (2: params, 3: `_meta`).
+    fn push(&mut self, depth: usize, key: &Span, value: &Span) {
+        let level = if depth == 2 {
+            &mut self.params
+        } else {
+            &mut self.meta
+        };
+        match MemberSpan::of(key, value) {
+            Some(span) if level.at.is_some() => level.spans.push(span),
+            // Past 4 GiB: not kept.
+            _ => level.at = None,
+        }
+    }
+}
+
+/// The keys (as written, unescaped) of the objects a [`ParamsShape`] holds, from
+/// the message down.
+const SHAPE_PATH: [&[u8]; 2] = [b"\"params\"", b"\"_meta\""];
+
 /// The JSON grammar over `text`, iteratively: nesting costs a bit of stack per
 /// level, bounded by the text's length. A top-level object's members go into
-/// `members`.
-fn structure<'a>(text: &'a str, members: &mut Vec<Member<'a>>) -> Result<Span, usize> {
+/// `members`, and those of the objects down [`SHAPE_PATH`] into `shape`.
+fn structure<'a>(
+    text: &'a str,
+    members: &mut Vec<Member<'a>>,
+    mut shape: Option<&mut ParamsShape>,
+) -> Result<Span, usize> {
     let b = text.as_bytes();
     let mut open = Open::default();
     let start = skip_ws(b, 0);
     let top_object = b.get(start) == Some(&b'{');
-    // The key and value start of the top-level member being read.
-    let mut member = (0..0, 0);
+    // How many of the open containers, from the outside, are objects whose members
+    // are kept: the top-level object, then those down the path.
+    let mut kept = usize::from(top_object);
+    // The key and value start of the member being read in each of those.
+    let mut member: [(Span, usize); 3] = Default::default();
     let mut i = start;
     loop {
         // A value starts at `i`.
         match b.get(i) {
             Some(b'"') => i = string(b, i)?,
             Some(b'{') => {
+                let at = i;
+                let depth = open.len();
+                // The value of the member down the path in an object kept.
+                let on_path = depth == kept
+                    && SHAPE_PATH
+                        .get(depth.wrapping_sub(1))
+                        .zip(member.get(depth.wrapping_sub(1)))
+                        .is_some_and(|(name, (key, _))| b.get(key.clone()) == Some(*name));
+                let shape_here = shape.as_deref_mut().filter(|_| on_path);
+                if let Some(shape) = shape_here {
+                    shape.begin(depth, at);
+                }
                 i = skip_ws(b, i + 1);
                 if b.get(i) == Some(&b'}') {
                     i += 1;
                 } else {
                     open.push(true);
-                    i = member_key(b, i, open.len(), &mut member)?;
+                    if on_path && shape.is_some() {
+                        kept += 1;
+                    }
+                    i = member_key(b, i, open.len(), kept, &mut member)?;
                     continue;
                 }
             }
@@ -281,10 +440,18 @@ fn structure<'a>(text: &'a str, members: &mut Vec<Member<'a>>) -> Result<Span, u
                     Err(skip_ws(b, i))
                 };
             };
-            if top_object && open.len() == 1 {
-                // Spans start and end at ASCII bytes: char boundaries.
-                if let (Some(k), Some(v)) = (text.get(member.0.clone()), text.get(member.1..i)) {
-                    members.push((k, v));
+            let depth = open.len();
+            if depth <= kept {
+                if let Some((key, value_at)) = member.get(depth - 1) {
+                    if depth == 1 {
+                        // Spans start and end at ASCII bytes: char boundaries.
+                        if let (Some(k), Some(v)) = (text.get(key.clone()), text.get(*value_at..i))
+                        {
+                            members.push((k, v));
+                        }
+                    } else if let Some(shape) = shape.as_deref_mut() {
+                        shape.push(depth, key, &(*value_at..i));
+                    }
                 }
             }
             i = skip_ws(b, i);
@@ -292,11 +459,14 @@ fn structure<'a>(text: &'a str, members: &mut Vec<Member<'a>>) -> Result<Span, u
                 (_, Some(b',')) => {
                     i = skip_ws(b, i + 1);
                     if object {
-                        i = member_key(b, i, open.len(), &mut member)?;
+                        i = member_key(b, i, open.len(), kept, &mut member)?;
                     }
                     break;
                 }
                 (false, Some(b']')) | (true, Some(b'}')) => {
+                    if depth == kept && depth > 1 {
+                        kept -= 1;
+                    }
                     open.pop();
                     i += 1;
                 }
@@ -349,16 +519,19 @@ impl Open {
 }
 
 /// [`key`] of a member of an object `depth` containers deep, kept in `member` when
-/// that is the top level; where its value starts.
+/// that object's members are (`depth <= kept`); where its value starts.
 fn member_key(
     b: &[u8],
     i: usize,
     depth: usize,
-    member: &mut (Span, usize),
+    kept: usize,
+    member: &mut [(Span, usize); 3],
 ) -> Result<usize, usize> {
     let (key, value) = key(b, i)?;
-    if depth == 1 {
-        *member = (key, value);
+    if depth <= kept {
+        if let Some(m) = member.get_mut(depth - 1) {
+            *m = (key, value);
+        }
     }
     Ok(value)
 }
@@ -683,6 +856,31 @@ mod tests {
         assert!(crate::jsonrpc::members::Object::of_raw_with(&list, "_meta").is_none());
     }
 
+    /// Params objects written the ways clients write them (compact or spaced, keys
+    /// repeated, `_meta` an object or not, `params` and `_meta` nested deeper too).
+    fn params() -> impl Strategy<Value = String> {
+        let key = prop_oneof![
+            Just("_meta".to_owned()),
+            Just("params".to_owned()),
+            Just("name".to_owned()),
+            Just("_m\\u0065ta".to_owned()),
+            "[a-z_]{0,6}",
+        ];
+        let value = prop_oneof![
+            json().prop_map(|v| serde_json::to_string(&v).unwrap()),
+            json().prop_map(|v| serde_json::to_string_pretty(&v).unwrap()),
+            Just(r#"{"params":{"_meta":{}},"_meta":{"a":1}}"#.to_owned()),
+        ];
+        let gap = prop::sample::select(vec!["", " ", "\n  "]);
+        prop::collection::vec((key, value, gap), 0..6).prop_map(|members| {
+            let body: Vec<String> = members
+                .into_iter()
+                .map(|(k, v, g)| format!("{g}\"{k}\"{g}:{g}{v}{g}"))
+                .collect();
+            format!("{{{}}}", body.join(","))
+        })
+    }
+
     proptest! {
         #![proptest_config(config(2000))]
 
@@ -700,6 +898,42 @@ mod tests {
                 check_with_members(&b, &mut found).unwrap();
                 let walked: Vec<Member<'_>> = crate::jsonrpc::members::members(value).collect();
                 prop_assert_eq!(found, walked);
+            }
+        }
+
+        #[test]
+        fn a_messages_params_and_meta_are_found_as_a_walk_finds_them(
+            params in params(),
+            gap in prop::sample::select(vec!["", " ", "\n"]),
+            after in prop::sample::select(vec!["", r#","x":{"a":{"_meta":{"b":1}}}"#]),
+        ) {
+            let text = format!(
+                "{{{gap}\"jsonrpc\":\"2.0\",\"id\":1,{gap}\"method\":\"m\",\"params\":{gap}{params}{gap}{after}}}"
+            );
+            let Ok(crate::jsonrpc::Message::Request(r)) = crate::jsonrpc::Message::parse(text.as_bytes()) else {
+                panic!("not a request: {text}");
+            };
+            let raw = r.params.unwrap();
+            prop_assert_eq!(raw.get(), params.as_str());
+            let walked: Vec<Member<'_>> = crate::jsonrpc::members::members(raw.get()).collect();
+            prop_assert_eq!(&raw.members().collect::<Vec<_>>(), &walked);
+            let (top, meta) = crate::jsonrpc::members::Object::of_raw_with(&raw, "_meta").unwrap();
+            let (want_top, want_meta) =
+                crate::jsonrpc::members::Object::parse_with(raw.get(), "_meta").unwrap();
+            let entries = |o: &crate::jsonrpc::members::Object<'_>| -> Vec<(String, String)> {
+                o.iter().map(|(k, v)| (k.to_owned(), v.to_owned())).collect()
+            };
+            prop_assert_eq!(entries(&top), entries(&want_top));
+            prop_assert_eq!(meta.as_ref().map(entries), want_meta.as_ref().map(entries));
+            // `_meta`, when an object written without escapes, came from what the
+            // check found, not a walk.
+            let last_meta = walked
+                .iter()
+                .rfind(|(k, _)| crate::jsonrpc::members::key_is(k, "_meta"));
+            if let Some((k, v)) = last_meta.filter(|(_, v)| v.starts_with('{')) {
+                if *k == "\"_meta\"" {
+                    prop_assert!(raw.nested_members(v).is_some(), "{}", text);
+                }
             }
         }
     }
