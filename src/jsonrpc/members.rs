@@ -342,19 +342,57 @@ pub(super) fn skip_ws(b: &[u8], mut i: usize) -> usize {
     i
 }
 
-/// Bytes of a string looked at one by one before a vector search: most keys and
+/// Words (eight bytes) of a string looked at before a vector search: most keys and
 /// short values end within them, sooner than the search is set up.
-const SHORT: usize = 16;
+const SHORT_WORDS: usize = 8;
+
+const ONES: u64 = u64::from_le_bytes([0x01; 8]);
+const HIGHS: u64 = u64::from_le_bytes([0x80; 8]);
+
+/// The bytes of `word` (eight, little-endian) that are `"` or `\`, or with `control`
+/// below 0x20, as the high bit of each. Exact up to and including the first such
+/// byte; bytes after it may be marked too (a borrow), which no caller looks at.
+fn specials(word: u64, control: bool) -> u64 {
+    let zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGHS;
+    let mut marks = zero(word ^ (ONES * u64::from(b'"'))) | zero(word ^ (ONES * u64::from(b'\\')));
+    if control {
+        marks |= word.wrapping_sub(ONES * 0x20) & !word & HIGHS;
+    }
+    marks
+}
+
+/// The first `"` or `\` (or with `control`, byte below 0x20) in the first
+/// [`SHORT_WORDS`] words at `i`, eight bytes at a time: `Ok(where)`, or `Err(from)`
+/// when there is none in them (or fewer than eight bytes are left), `from` being
+/// where to look on.
+pub(super) fn short_special(b: &[u8], mut i: usize, control: bool) -> Result<usize, usize> {
+    for _ in 0..SHORT_WORDS {
+        let Some(word) = b.get(i..).and_then(<[u8]>::first_chunk::<8>) else {
+            return Err(i);
+        };
+        let marks = specials(u64::from_le_bytes(*word), control);
+        if marks != 0 {
+            return Ok(i + (marks.trailing_zeros() / 8) as usize);
+        }
+        i += 8;
+    }
+    Err(i)
+}
 
 /// Where the next `"` or `\` at or after `i` is (inside a string: its end or its
 /// next escape).
 pub(super) fn quote_or_backslash(b: &[u8], i: usize) -> Option<usize> {
-    let rest = b.get(i..)?;
-    let head = rest.get(..SHORT).unwrap_or(rest);
-    match head.iter().position(|c| matches!(c, b'"' | b'\\')) {
-        Some(k) => Some(i + k),
-        None => Some(i + head.len() + memchr::memchr2(b'"', b'\\', rest.get(head.len()..)?)?),
-    }
+    let from = match short_special(b, i, false) {
+        Ok(at) => return Some(at),
+        Err(from) => from,
+    };
+    let rest = b.get(from..)?;
+    let k = if rest.len() < 8 {
+        rest.iter().position(|c| matches!(c, b'"' | b'\\'))?
+    } else {
+        memchr::memchr2(b'"', b'\\', rest)?
+    };
+    Some(from + k)
 }
 
 /// The end (after the closing quote) of the string opening at `open`.

@@ -16,7 +16,7 @@
 //! the receiving parser's business), plus valid UTF-8 everywhere. Proptested against
 //! serde_json below.
 
-use super::members::{quote_or_backslash, skip_ws, Members};
+use super::members::{quote_or_backslash, short_special, skip_ws, Members};
 use once_cell::race::OnceBox;
 use std::fmt;
 
@@ -553,12 +553,21 @@ fn key(b: &[u8], i: usize) -> Result<(Span, usize), usize> {
 fn string(b: &[u8], open: usize) -> Result<usize, usize> {
     let mut i = open + 1;
     loop {
-        let end = quote_or_backslash(b, i).ok_or(b.len())?;
-        let plain = b.get(i..end).unwrap_or_default();
-        if has_control(plain) {
-            let k = plain.iter().position(|&c| c < 0x20).unwrap_or(0);
-            return Err(i + k);
-        }
+        let end = match short_special(b, i, true) {
+            Ok(at) if b.get(at).is_some_and(|&c| c < 0x20) => return Err(at),
+            Ok(at) => at,
+            // A longer string: a vector search for its end or next escape, then a
+            // vector check of the bytes before it.
+            Err(from) => {
+                let end = quote_or_backslash(b, from).ok_or(b.len())?;
+                let plain = b.get(from..end).unwrap_or_default();
+                if has_control(plain) {
+                    let k = plain.iter().position(|&c| c < 0x20).unwrap_or(0);
+                    return Err(from + k);
+                }
+                end
+            }
+        };
         i = end;
         if b.get(i) == Some(&b'"') {
             return Ok(i + 1);
@@ -791,6 +800,39 @@ mod tests {
             bad[i] = if bad[i] == b']' { b'}' } else { b']' };
             assert!(check(&bad).is_err(), "{at}");
             assert!(!serde_accepts(&bad), "{at}");
+        }
+    }
+
+    #[test]
+    fn strings_end_and_break_where_serde_says_at_every_offset() {
+        // A string's bytes are looked at eight at a time, then by vector search: a
+        // quote, escape, control byte or multibyte character at every place around
+        // the word and search boundaries.
+        for len in 0..80 {
+            for at in 0..=len {
+                for odd in [
+                    "\"", "\\\"", "\\n", "\\u00e9", "\u{0}", "\u{1f}", "\u{7f}", "é", " ", "\\",
+                ] {
+                    let mut inner = "a".repeat(len);
+                    inner.insert_str(at, odd);
+                    for text in [
+                        format!("\"{inner}\""),
+                        format!("{{\"{inner}\":\"{inner}\",\"z\":1}}"),
+                    ] {
+                        let ours = check(text.as_bytes());
+                        assert_eq!(ours.is_ok(), serde_accepts(text.as_bytes()), "{text:?}");
+                        if ours.is_ok() && text.starts_with('{') {
+                            let walked: Vec<Member<'_>> =
+                                crate::jsonrpc::members::members(&text).collect();
+                            let keys: serde_json::Map<String, Value> =
+                                serde_json::from_str(&text).unwrap();
+                            assert_eq!(walked.len(), 2, "{text:?}");
+                            assert_eq!(walked[1], ("\"z\"", "1"), "{text:?}");
+                            assert_eq!(keys.len(), 2, "{text:?}");
+                        }
+                    }
+                }
+            }
         }
     }
 
