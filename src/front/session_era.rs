@@ -385,24 +385,25 @@ pub(crate) async fn run_tracked(
         .caller()
         .unwrap_or_else(|| crate::auth::Principal::named(&session.principal));
     client.access = app.access(&caller);
-    run_tracked_as(app, session, req, sink, guard, client).await
+    let tool = (req.method == "tools/call")
+        .then(|| crate::jsonrpc::string_field(req.params.as_ref(), "name"))
+        .flatten();
+    run_tracked_as(app, session, req, tool, sink, guard, client).await
 }
 
 /// Like [`run_tracked`], on behalf of `client` (a stateless-era client on its
-/// principal's internal session).
+/// principal's internal session), for a call of `tool` (the name a `tools/call`
+/// gives, read once by the caller: limits and metrics).
 pub(crate) async fn run_tracked_as(
     app: &App,
     session: &Arc<Session>,
     req: Request,
+    tool: Option<String>,
     sink: Sink,
     guard: crate::session::InflightGuard,
     client: crate::call::ClientView,
 ) -> Option<Response> {
     let _call = app.call_guard();
-    // The tool a call names, read once (limits and metrics).
-    let tool = (req.method == "tools/call")
-        .then(|| crate::jsonrpc::string_field(req.params.as_ref(), "name"))
-        .flatten();
     let ctx = CallCtx {
         sink,
         cancel: guard.token(),

@@ -252,6 +252,11 @@ pub(super) async fn call(
         access: app.access(&principal),
         meta,
     };
+    // The tool a call names (limits and metrics), read here from the client's
+    // params rather than again from those relayed.
+    let tool = (method == "tools/call")
+        .then(|| params.str("name").map(std::borrow::Cow::into_owned))
+        .flatten();
     let upstream = Request {
         id: id.clone(),
         method: method.clone(),
@@ -268,7 +273,7 @@ pub(super) async fn call(
     });
     let task_app = app.clone();
     let done = Done::Inline(SyncWrapper::new(Box::pin(async move {
-        run_tracked_as(&task_app, &session, upstream, sink, guard, client).await
+        run_tracked_as(&task_app, &session, upstream, tool, sink, guard, client).await
     })));
     let running = Running {
         done,
@@ -601,7 +606,15 @@ pub(super) fn complete(
 /// this era usually answers a call), JSON otherwise and for HTTP-level errors.
 pub(super) fn reply(status: StatusCode, body: String, accepts: Accepts) -> HttpResponse {
     if status == StatusCode::OK && accepts.sse {
-        crate::front::http::sse_message_body(String::new(), None, body)
+        // Room for the event's head and end, and for the answer when it is framed
+        // with them (below `SENT_APART`): no copy growing under it.
+        let framed = if body.len() < crate::sse::SENT_APART {
+            body.len()
+        } else {
+            0
+        };
+        let head = String::with_capacity(framed + 32);
+        crate::front::http::sse_message_body(head, None, body)
     } else {
         json_body(status, body)
     }

@@ -30,7 +30,7 @@ pub(super) struct Declared {
 pub(super) fn header_text(
     headers: &HeaderMap,
     name: http::HeaderName,
-) -> Result<Option<String>, ()> {
+) -> Result<Option<std::borrow::Cow<'_, str>>, ()> {
     match headers.get(name) {
         None => Ok(None),
         Some(v) => crate::mcp::header::decode(v.as_bytes()).map(Some).ok_or(()),
