@@ -335,7 +335,8 @@ impl<'a> Envelope<'a> {
 impl Incoming {
     /// Parses a body that may be a single message or a batch.
     pub fn parse(bytes: &[u8]) -> Result<Self, ParseError> {
-        let mut top = Vec::new();
+        // A message's envelope has four or five members.
+        let mut top = Vec::with_capacity(8);
         let mut shape = raw::ParamsShape::default();
         let text =
             raw::check_message(bytes, &mut top, Some(&mut shape)).map_err(|_| not_json(bytes))?;
