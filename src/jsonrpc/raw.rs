@@ -357,9 +357,16 @@ impl ParamsShape {
             &mut self.meta
         };
         match MemberSpan::of(key, value) {
-            Some(span) if level.at.is_some() => level.spans.push(span),
-            // Past 4 GiB: not kept.
-            _ => level.at = None,
+            Some(span) if level.at.is_some() && level.spans.len() < MAX_INDEXED_MEMBERS => {
+                level.spans.push(span);
+            }
+            // Past 4 GiB, or more members than an index keeps (a body of tiny
+            // members would take several times its size in places): not kept, and
+            // read by walking.
+            _ => {
+                level.at = None;
+                level.spans.clear();
+            }
         }
     }
 }
@@ -921,6 +928,46 @@ mod tests {
                 .collect();
             format!("{{{}}}", body.join(","))
         })
+    }
+
+    #[test]
+    fn params_of_too_many_members_keep_no_index() {
+        let many: Vec<String> = (0..=MAX_INDEXED_MEMBERS)
+            .map(|i| format!("\"k{i}\":{i}"))
+            .collect();
+        let meta: Vec<String> = (0..=MAX_INDEXED_MEMBERS)
+            .map(|i| format!("\"m{i}\":{i}"))
+            .collect();
+        for params in [
+            format!("{{{}}}", many.join(",")),
+            format!("{{\"_meta\":{{{}}},\"a\":1}}", meta.join(",")),
+        ] {
+            let text =
+                format!("{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"m\",\"params\":{params}}}");
+            let Ok(crate::jsonrpc::Message::Request(r)) =
+                crate::jsonrpc::Message::parse(text.as_bytes())
+            else {
+                panic!("not a request");
+            };
+            let raw = r.params.unwrap();
+            // No more places kept than an index holds, however many members.
+            let kept = raw.index.get().map(|i| {
+                i.members.as_ref().map_or(0, Vec::len)
+                    + i.nested.as_ref().map_or(0, |(_, m)| m.len())
+            });
+            assert!(kept.unwrap_or(0) <= MAX_INDEXED_MEMBERS, "{kept:?}");
+            let walked: Vec<Member<'_>> = crate::jsonrpc::members::members(raw.get()).collect();
+            assert_eq!(raw.members().collect::<Vec<_>>(), walked);
+            let (_, meta) = crate::jsonrpc::members::Object::of_raw_with(&raw, "_meta").unwrap();
+            assert_eq!(
+                meta.map_or(0, |m| m.len()),
+                if params.contains("_meta") {
+                    MAX_INDEXED_MEMBERS + 1
+                } else {
+                    0
+                }
+            );
+        }
     }
 
     proptest! {
