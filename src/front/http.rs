@@ -113,6 +113,14 @@ pub(super) fn sse_head_for(data: &str) -> String {
 /// event of `data`, a large one sent after its framing as it is (not copied), the
 /// length known up front, so the connection stays open.
 pub(super) fn sse_message_body(mut head: String, id: Option<&str>, data: String) -> HttpResponse {
+    // Room for the event's framing, and for the data when it is framed with it
+    // (below `SENT_APART`): no copy growing under it.
+    let framed = if data.len() < crate::sse::SENT_APART {
+        data.len()
+    } else {
+        0
+    };
+    head.reserve(framed + 48 + id.map_or(0, str::len));
     if !crate::sse::push_message_event_or_head(&mut head, id, &data) {
         return with_sse_headers(HttpResponse::new(Body::from(head)));
     }

@@ -606,15 +606,7 @@ pub(super) fn complete(
 /// this era usually answers a call), JSON otherwise and for HTTP-level errors.
 pub(super) fn reply(status: StatusCode, body: String, accepts: Accepts) -> HttpResponse {
     if status == StatusCode::OK && accepts.sse {
-        // Room for the event's head and end, and for the answer when it is framed
-        // with them (below `SENT_APART`): no copy growing under it.
-        let framed = if body.len() < crate::sse::SENT_APART {
-            body.len()
-        } else {
-            0
-        };
-        let head = String::with_capacity(framed + 32);
-        crate::front::http::sse_message_body(head, None, body)
+        crate::front::http::sse_message_body(String::new(), None, body)
     } else {
         json_body(status, body)
     }
