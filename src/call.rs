@@ -48,7 +48,7 @@ pub struct CallCtx {
 #[derive(Clone)]
 pub struct ClientView {
     /// The client's capabilities (`None`: Gantry's own request, declares none).
-    pub capabilities: Option<Arc<serde_json::Value>>,
+    pub capabilities: Option<Capabilities>,
     /// The least severe log level the client wants (`None`: no log messages).
     pub log_level: Option<&'static str>,
     /// The client's era. A stateless-era client gets an `input_required` result as
@@ -66,6 +66,41 @@ pub struct ClientView {
 
 /// `_meta` keys and their values' JSON text, as a client wrote them.
 pub type MetaText = Arc<[(String, String)]>;
+
+/// The capabilities a client declared: the JSON object's text, kept as the client
+/// wrote it (a stateless-era client sends it with every request), so that relaying
+/// it to a stateless-era backend neither parses nor serializes it.
+#[derive(Clone, Debug)]
+pub struct Capabilities(Arc<str>);
+
+impl Capabilities {
+    /// Capabilities from the text of a JSON object, already checked to be one.
+    pub fn of_object_text(text: &str) -> Self {
+        Self(text.trim().into())
+    }
+
+    /// Capabilities from a parsed value (`initialize`), written once.
+    pub fn of_value(v: &serde_json::Value) -> Self {
+        match v {
+            serde_json::Value::Object(m) if !m.is_empty() => Self(
+                serde_json::to_string(m)
+                    .unwrap_or_else(|_| "{}".to_owned())
+                    .into(),
+            ),
+            _ => Self("{}".into()),
+        }
+    }
+
+    /// Whether the client declared capability `name` (a top-level key).
+    pub fn declares(&self, name: &str) -> bool {
+        crate::jsonrpc::members::member(&self.0, name).is_some()
+    }
+
+    /// The JSON object's text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
 
 impl Default for ClientView {
     /// Gantry's own requests: no capabilities, no logs, session-era results.

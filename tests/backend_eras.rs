@@ -118,7 +118,8 @@ async fn a_stateless_clients_meta_reaches_a_stateless_backend_as_declared() {
     let body = format!(
         r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"echo","arguments":{args},"_meta":{{
             "io.modelcontextprotocol/protocolVersion":"2026-07-28",
-            "io.modelcontextprotocol/clientCapabilities":{{"roots":{{}}}},
+            "io.modelcontextprotocol/clientCapabilities": {{ "roots" : {{"listChanged": true}},
+                "elicitation":{{ "form": {{}} }} }},
             "io.modelcontextprotocol/clientInfo":{{"name":"probe","version":"1"}},
             "io.modelcontextprotocol/logLevel":"error",
             "example.com/tag":"t1"}}}}}}"#
@@ -134,7 +135,8 @@ async fn a_stateless_clients_meta_reaches_a_stateless_backend_as_declared() {
         call["params"]["_meta"],
         json!({
             "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-            "io.modelcontextprotocol/clientCapabilities": {"roots": {}},
+            "io.modelcontextprotocol/clientCapabilities":
+                {"roots": {"listChanged": true}, "elicitation": {"form": {}}},
             "io.modelcontextprotocol/clientInfo": {"name": "probe", "version": "1"},
             "io.modelcontextprotocol/logLevel": "error",
             "example.com/tag": "t1",

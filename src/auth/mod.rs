@@ -100,6 +100,11 @@ impl Principal {
         &self.name
     }
 
+    /// The name, shared (no copy).
+    pub fn shared_name(&self) -> Arc<str> {
+        self.name.clone()
+    }
+
     /// Whether this is the anonymous principal (authentication off).
     pub fn is_anonymous(&self) -> bool {
         &*self.name == ANONYMOUS

@@ -26,9 +26,15 @@ const SUFFIX: &str = "?=";
 
 /// The params field `Mcp-Name` mirrors for `method`, if the method has one.
 pub fn name_field(method: &str) -> Option<&'static str> {
+    named_method(method).map(|(_, field)| field)
+}
+
+/// [`name_field`], with the method's own name as a `'static` string.
+pub fn named_method(method: &str) -> Option<(&'static str, &'static str)> {
     match method {
-        "tools/call" | "prompts/get" => Some("name"),
-        "resources/read" => Some("uri"),
+        "tools/call" => Some(("tools/call", "name")),
+        "prompts/get" => Some(("prompts/get", "name")),
+        "resources/read" => Some(("resources/read", "uri")),
         _ => None,
     }
 }

@@ -64,7 +64,7 @@ pub struct Session {
     /// Served over the legacy 2024-11-05 HTTP+SSE transport.
     pub legacy: bool,
     version: OnceLock<String>,
-    capabilities: OnceLock<Arc<serde_json::Value>>,
+    capabilities: OnceLock<crate::call::Capabilities>,
     route: OnceLock<SessionRoute>,
     /// The standalone stream (GET; for legacy sessions, the one SSE connection).
     pub standalone: Arc<EventStream>,
@@ -123,7 +123,9 @@ impl Session {
     /// Records the outcome of `initialize`: version, client capabilities, backends.
     pub fn establish(&self, version: String, capabilities: serde_json::Value, route: SessionRoute) {
         let _ = self.version.set(version);
-        let _ = self.capabilities.set(Arc::new(capabilities));
+        let _ = self
+            .capabilities
+            .set(crate::call::Capabilities::of_value(&capabilities));
         let _ = self.route.set(route);
     }
 
@@ -387,10 +389,7 @@ impl Downstream for StreamSink {
                 return unavailable("the client session has ended");
             };
             if let Some(cap) = required_capability(&method) {
-                let declared = session
-                    .capabilities
-                    .get()
-                    .is_some_and(|c| c.get(cap).is_some());
+                let declared = session.capabilities.get().is_some_and(|c| c.declares(cap));
                 if !declared {
                     return Err(RpcError::new(
                         code::METHOD_NOT_FOUND,

@@ -135,12 +135,7 @@ fn write_stateless_meta(
     o.key(out, META_PROTOCOL_VERSION);
     crate::jsonrpc::push_json_string(out, STATELESS_VERSION);
     o.key(out, META_CLIENT_CAPABILITIES);
-    match client.capabilities.as_deref() {
-        // What most clients declare, and Gantry's own requests: no serializer.
-        None => out.push_str("{}"),
-        Some(serde_json::Value::Object(c)) if c.is_empty() => out.push_str("{}"),
-        Some(c) => out.push_str(&serde_json::to_string(c).unwrap_or_else(|_| "{}".to_owned())),
-    }
+    out.push_str(client.capabilities.as_ref().map_or("{}", |c| c.as_str()));
     if let Some(l) = client.log_level {
         o.key(out, META_LOG_LEVEL);
         crate::jsonrpc::push_json_string(out, l);
@@ -411,7 +406,9 @@ mod tests {
             r#"{"name":"c"}"#.to_owned(),
         )];
         let client = crate::call::ClientView {
-            capabilities: Some(std::sync::Arc::new(serde_json::json!({"roots": {}}))),
+            capabilities: Some(crate::call::Capabilities::of_value(
+                &serde_json::json!({"roots": {}}),
+            )),
             log_level: Some("info"),
             meta: Some(meta.into()),
             ..Default::default()
@@ -505,7 +502,11 @@ mod props {
             meta in prop::option::of(prop::collection::vec((key(), value()), 0..5)),
             escape in any::<bool>(),
             ws in prop::sample::select(vec!["", " ", "\n"]),
-            caps in prop::option::of(value()),
+            // Capabilities are an object, as `initialize` and the era's `_meta` check.
+            caps in prop::option::of(
+                prop::collection::btree_map("[a-z\"]{1,6}", value(), 0..3)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ),
             level in prop::option::of(prop::sample::select(vec!["debug", "error"])),
             // Keys once each, as the front reads them from a request.
             view_meta in prop::collection::btree_map("io\\.modelcontextprotocol/[a-z\"]{1,4}", value(), 0..3),
@@ -517,7 +518,7 @@ mod props {
             let params = written(&top, escape, ws);
             let raw = crate::jsonrpc::Raw::from_string(params.clone()).unwrap();
             let client = crate::call::ClientView {
-                capabilities: caps.clone().map(std::sync::Arc::new),
+                capabilities: caps.as_ref().map(crate::call::Capabilities::of_value),
                 log_level: level,
                 meta: Some(
                     view_meta

@@ -11,7 +11,6 @@ use crate::auth::Principal;
 use crate::call::{ClientAnswer, Downstream, Sink};
 use crate::front::stateless::answer;
 use crate::front::stateless::cache_scope;
-use crate::front::stateless::input_capable;
 use crate::front::stateless::json_body;
 use crate::front::stateless::server_info;
 use crate::front::stateless::validate::Declared;
@@ -43,7 +42,7 @@ pub(super) enum Up {
 /// The [`Downstream`] of one stateless call.
 pub(super) struct CallSink {
     pub(super) tx: mpsc::Sender<Up>,
-    pub(super) capabilities: Arc<Value>,
+    pub(super) capabilities: crate::call::Capabilities,
     pub(super) log_rank: Option<u8>,
     pub(super) cancel: CancellationToken,
 }
@@ -68,7 +67,7 @@ impl Downstream for CallSink {
         let tx = self.tx.clone();
         let cancel = self.cancel.clone();
         let missing = crate::session::required_capability(&method)
-            .filter(|cap| self.capabilities.get(*cap).is_none());
+            .filter(|cap| !self.capabilities.declares(cap));
         Box::pin(async move {
             let gone = || {
                 Err(RpcError::new(code::INTERNAL_ERROR, "the client request has ended").to_raw())
@@ -203,9 +202,9 @@ pub(super) async fn call(
     declared: Declared,
     accepts: Accepts,
 ) -> HttpResponse {
-    let binding = input_capable(&method).map(|field| Binding {
-        principal: principal.as_str().to_owned(),
-        method: method.clone(),
+    let binding = crate::mcp::header::named_method(&method).map(|(method, field)| Binding {
+        principal: principal.shared_name(),
+        method,
         name: params.str(field).unwrap_or_default().into_owned(),
     });
     // `inputResponses` and `requestState` travel on: a stateless-era backend needs
@@ -242,7 +241,7 @@ pub(super) async fn call(
     }
     let (relayed, meta) = relayed(params, foreign.as_deref());
     let session = internal.session.clone();
-    let capabilities = Arc::new(declared.capabilities);
+    let capabilities = declared.capabilities;
     let client = crate::call::ClientView {
         capabilities: Some(capabilities.clone()),
         log_level: declared

@@ -27,6 +27,7 @@ use indexmap::IndexMap;
 use rand::RngCore;
 use sha2::Sha256;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::oneshot;
 
@@ -47,9 +48,9 @@ pub(crate) struct Ask {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Binding {
     /// Who called.
-    pub principal: String,
+    pub principal: Arc<str>,
     /// `tools/call`, `prompts/get` or `resources/read`.
-    pub method: String,
+    pub method: &'static str,
     /// The tool / prompt name or resource URI.
     pub name: String,
 }
@@ -278,7 +279,7 @@ mod tests {
     fn binding(p: &str) -> Binding {
         Binding {
             principal: p.into(),
-            method: "tools/call".into(),
+            method: "tools/call",
             name: "ask".into(),
         }
     }
@@ -391,8 +392,8 @@ mod props {
             prop_oneof!["[a-z]{0,6}", any::<String>()],
         )
             .prop_map(|(principal, method, name)| Binding {
-                principal,
-                method: method.to_owned(),
+                principal: principal.into(),
+                method,
                 name,
             })
     }

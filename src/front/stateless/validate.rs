@@ -9,7 +9,7 @@ use crate::jsonrpc::{code, RpcError};
 use crate::mcp::meta::RequestMeta;
 use crate::mcp::{all_versions, STATELESS_VERSIONS};
 use axum::http::{HeaderMap, StatusCode};
-use serde_json::{json, Map, Value};
+use serde_json::json;
 
 /// A refusal: HTTP status and JSON-RPC error.
 pub(super) struct Refusal(pub(super) StatusCode, pub(super) RpcError);
@@ -20,7 +20,7 @@ pub(super) fn bad(code: i64, msg: impl Into<String>) -> Refusal {
 
 /// What a valid stateless request declared about its caller.
 pub(super) struct Declared {
-    pub(super) capabilities: Value,
+    pub(super) capabilities: crate::call::Capabilities,
     /// Log messages at or above this rank reach the client; `None`: none do.
     pub(super) log_rank: Option<u8>,
 }
@@ -129,9 +129,8 @@ pub(super) fn validate(
     let log_rank = meta
         .log_rank()
         .map_err(|e| bad(code::INVALID_PARAMS, e.to_string()))?;
-    // An object (checked by `read`): its text is valid JSON.
-    let capabilities = serde_json::from_str(meta.client_capabilities)
-        .unwrap_or_else(|_| Value::Object(Map::new()));
+    // An object (checked by `read`): relayed as the client wrote it.
+    let capabilities = crate::call::Capabilities::of_object_text(meta.client_capabilities);
     Ok(Declared {
         capabilities,
         log_rank,
