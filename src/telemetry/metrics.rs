@@ -2,8 +2,8 @@
 //! methods from a fixed list (anything else is `other`), outcomes from a fixed set.
 
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
-    Registry, TextEncoder,
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 /// MCP methods that get their own label value.
@@ -133,10 +133,43 @@ pub struct Metrics {
     tool_calls: IntCounterVec,
     /// Time to answer a tool call, by backend and tool.
     tool_latency: HistogramVec,
-    /// Tool label values in use (bounded: beyond `MAX_TOOL_LABELS`, `other`).
-    tool_labels: parking_lot::Mutex<crate::FastSet<String>>,
+    /// The series of each tool label in use, by backend (bounded: beyond
+    /// `MAX_TOOL_LABELS` tools, `other`), fetched from the vectors once rather than
+    /// by hashing their labels on every call.
+    tool_series: parking_lot::RwLock<crate::FastMap<String, Vec<ToolSeries>>>,
     /// `requests` and `latency` per method label (`METHODS`, then `other`).
     by_method: Vec<MethodSeries>,
+}
+
+/// The `outcome` label values of `tool_calls_total`, in the order
+/// [`Metrics::observe_tool`] numbers them.
+const TOOL_OUTCOMES: [&str; 6] = [
+    "ok",
+    "error",
+    "client_error",
+    "gateway_error",
+    "backend_error",
+    "cancelled",
+];
+
+/// One tool label's series under one backend.
+struct ToolSeries {
+    backend: Box<str>,
+    tool: Box<str>,
+    /// `tool_calls_total` by outcome ([`TOOL_OUTCOMES`]), each made when first
+    /// counted, as the vector makes a series on first use.
+    calls: [std::sync::OnceLock<IntCounter>; 6],
+    latency: Histogram,
+}
+
+impl ToolSeries {
+    fn observe(&self, calls: &IntCounterVec, outcome: usize, seconds: f64) {
+        if let (Some(cell), Some(name)) = (self.calls.get(outcome), TOOL_OUTCOMES.get(outcome)) {
+            cell.get_or_init(|| calls.with_label_values(&[&*self.backend, &*self.tool, *name]))
+                .inc();
+        }
+        self.latency.observe(seconds);
+    }
 }
 
 /// Why the metrics could not be set up (a programming error: names are fixed).
@@ -455,7 +488,7 @@ impl Metrics {
             catalog_conflicts,
             tool_calls,
             tool_latency,
-            tool_labels: parking_lot::Mutex::new(crate::FastSet::default()),
+            tool_series: parking_lot::RwLock::new(crate::FastMap::default()),
             by_method,
         })
     }
@@ -493,32 +526,48 @@ impl Metrics {
         elapsed: std::time::Duration,
     ) {
         let answered = matches!(outcome, Outcome::Ok | Outcome::Error);
-        let tool = {
-            let mut known = self.tool_labels.lock();
-            if known.contains(tool) {
-                tool
-            } else if answered && known.len() < MAX_TOOL_LABELS {
-                known.insert(tool.to_owned());
+        let backend = backend.unwrap_or("other");
+        let outcome = match outcome {
+            Outcome::Ok => 0,
+            Outcome::Error => 1,
+            Outcome::Failed(crate::fault::Fault::Client) => 2,
+            Outcome::Failed(crate::fault::Fault::Gateway) => 3,
+            Outcome::Failed(crate::fault::Fault::Backend) => 4,
+            Outcome::Cancelled => 5,
+        };
+        let seconds = elapsed.as_secs_f64();
+        // The label a tool gets: its own once some backend answered for it.
+        let label = |series: &crate::FastMap<String, Vec<ToolSeries>>| {
+            if series.contains_key(tool) || (answered && series.len() < MAX_TOOL_LABELS) {
                 tool
             } else {
                 "other"
             }
         };
-        let backend = backend.unwrap_or("other");
-        let outcome = match outcome {
-            Outcome::Ok => "ok",
-            Outcome::Error => "error",
-            Outcome::Failed(crate::fault::Fault::Client) => "client_error",
-            Outcome::Failed(crate::fault::Fault::Gateway) => "gateway_error",
-            Outcome::Failed(crate::fault::Fault::Backend) => "backend_error",
-            Outcome::Cancelled => "cancelled",
-        };
-        self.tool_calls
-            .with_label_values(&[backend, tool, outcome])
-            .inc();
-        self.tool_latency
-            .with_label_values(&[backend, tool])
-            .observe(elapsed.as_secs_f64());
+        {
+            let series = self.tool_series.read();
+            let found = series
+                .get(label(&series))
+                .and_then(|by| by.iter().find(|s| &*s.backend == backend));
+            if let Some(s) = found {
+                s.observe(&self.tool_calls, outcome, seconds);
+                return;
+            }
+        }
+        let mut series = self.tool_series.write();
+        let label = label(&series).to_owned();
+        let by = series.entry(label.clone()).or_default();
+        if !by.iter().any(|s| &*s.backend == backend) {
+            by.push(ToolSeries {
+                latency: self.tool_latency.with_label_values(&[backend, &label]),
+                backend: backend.into(),
+                tool: label.into(),
+                calls: Default::default(),
+            });
+        }
+        if let Some(s) = by.iter().find(|s| &*s.backend == backend) {
+            s.observe(&self.tool_calls, outcome, seconds);
+        }
     }
 
     /// Raises a counter to `value` (counters kept as atomics elsewhere).
@@ -534,5 +583,83 @@ impl Metrics {
         let mut buf = Vec::new();
         let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);
         String::from_utf8(buf).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// The `tool` label values `tool_calls_total` has for `outcome`.
+    fn tools_with(m: &Metrics, outcome: &str) -> Vec<String> {
+        let mut tools: Vec<String> = m
+            .render()
+            .lines()
+            .filter(|l| l.starts_with("gantry_tool_calls_total{"))
+            .filter(|l| l.contains(&format!("outcome=\"{outcome}\"")))
+            .filter_map(|l| {
+                l.split("tool=\"")
+                    .nth(1)?
+                    .split('"')
+                    .next()
+                    .map(str::to_owned)
+            })
+            .collect();
+        tools.sort();
+        tools
+    }
+
+    #[test]
+    fn tool_labels_stop_at_their_bound_and_unanswered_names_are_other() {
+        let m = Metrics::new().unwrap();
+        let ms = Duration::from_millis(1);
+        for i in 0..MAX_TOOL_LABELS + 5 {
+            m.observe_tool(Some("b"), &format!("t{i}"), Outcome::Ok, ms);
+        }
+        // A name no backend answered for, and a known one that then failed.
+        m.observe_tool(
+            Some("b"),
+            "typo",
+            Outcome::Failed(crate::fault::Fault::Client),
+            ms,
+        );
+        m.observe_tool(
+            Some("b"),
+            "t0",
+            Outcome::Failed(crate::fault::Fault::Backend),
+            ms,
+        );
+        m.observe_tool(
+            Some("b"),
+            "t0",
+            Outcome::Failed(crate::fault::Fault::Backend),
+            ms,
+        );
+
+        let ok = tools_with(&m, "ok");
+        assert_eq!(ok.len(), MAX_TOOL_LABELS + 1, "the bound, then `other`");
+        assert!(ok.contains(&"other".to_owned()));
+        assert!(!ok.contains(&format!("t{}", MAX_TOOL_LABELS + 4)));
+        assert_eq!(tools_with(&m, "client_error"), ["other"]);
+        let text = m.render();
+        assert!(
+            text.contains(
+                "gantry_tool_calls_total{backend=\"b\",outcome=\"backend_error\",tool=\"t0\"} 2"
+            ),
+            "{}",
+            text.lines()
+                .filter(|l| l.contains("backend_error"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        // The calls past the bound are counted under `other`.
+        assert!(
+            text.contains("gantry_tool_calls_total{backend=\"b\",outcome=\"ok\",tool=\"other\"} 5")
+        );
+        assert!(
+            text.contains("gantry_tool_call_duration_seconds_count{backend=\"b\",tool=\"t0\"} 3")
+        );
     }
 }
