@@ -106,7 +106,28 @@ const PROTOCOL: &str = "2025-11-25";
 const STATELESS_PROTOCOL: &str = "2026-07-28";
 /// What every stateless-era request carries in `params` (a trailing comma: more
 /// members follow).
-const STATELESS_META: &str = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"gantry-bench","version":"0"}},"#;
+static STATELESS_META: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// The `_meta` member of a stateless-era request's params (with its trailing comma),
+/// declaring the capabilities of `--client-capabilities` (`{}` until it is set).
+fn stateless_meta() -> &'static str {
+    STATELESS_META.get_or_init(|| stateless_meta_with("{}"))
+}
+
+/// `--client-capabilities`: a JSON object, written compactly.
+fn parse_capabilities(s: &str) -> std::result::Result<String, String> {
+    match serde_json::from_str::<Value>(s) {
+        Ok(v @ Value::Object(_)) => Ok(v.to_string()),
+        Ok(_) => Err("capabilities must be a JSON object".to_owned()),
+        Err(e) => Err(format!("not JSON: {e}")),
+    }
+}
+
+fn stateless_meta_with(capabilities: &str) -> String {
+    format!(
+        r#""_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{capabilities},"io.modelcontextprotocol/clientInfo":{{"name":"gantry-bench","version":"0"}}}},"#
+    )
+}
 /// Hard bound of one client's loop, whatever the duration.
 const MAX_CALLS_PER_CLIENT: u64 = 50_000_000;
 /// A client gives up after this many failed calls (every one is counted and reported).
@@ -191,6 +212,11 @@ struct Cli {
     /// ratio to the same target's session-era row ("÷ session era").
     #[arg(long, default_value = "session", value_delimiter = ',', value_parser = ["session", "stateless"])]
     era: Vec<String>,
+    /// The capabilities a stateless-era client declares in every request's `_meta`
+    /// (a JSON object), e.g. `{"roots":{"listChanged":true},"sampling":{},"elicitation":{}}`
+    /// as SDK clients send them.
+    #[arg(long, default_value = "{}", value_name = "JSON", value_parser = parse_capabilities)]
+    client_capabilities: String,
     /// Threads of the load generator (the clients run on them; 1: one core, a
     /// current-thread runtime). A row whose generator kept its threads ≥ 90 % busy
     /// gets no ratio: the generator, not the server, set its pace.
@@ -329,6 +355,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     }
+    let _ = STATELESS_META.set(stateless_meta_with(&cli.client_capabilities));
     let soak = matches!(cli.command, Some(Mode::Soak(_)));
     let built = if soak {
         // The soak mixes many kinds of load; it keeps the default runtime.
@@ -1419,7 +1446,7 @@ impl McpClient {
 
     /// Calls `echo` with `message` as JSON-RPC id `seq`; checks the answer exactly.
     async fn echo(&self, seq: u64, message: &str) -> Result<()> {
-        let meta = if self.stateless { STATELESS_META } else { "" };
+        let meta = if self.stateless { stateless_meta() } else { "" };
         let body = format!(
             r#"{{"jsonrpc":"2.0","id":{seq},"method":"tools/call","params":{{{meta}"name":"echo","arguments":{{"message":"{message}"}}}}}}"#
         );
@@ -1478,7 +1505,7 @@ impl McpClient {
         let body = if self.stateless {
             format!(
                 r#"{{"jsonrpc":"2.0","id":{seq},"method":"tools/list","params":{{{}}}}}"#,
-                STATELESS_META.trim_end_matches(',')
+                stateless_meta().trim_end_matches(',')
             )
         } else {
             format!(r#"{{"jsonrpc":"2.0","id":{seq},"method":"tools/list"}}"#)
