@@ -536,9 +536,11 @@ impl Metrics {
             Outcome::Cancelled => 5,
         };
         let seconds = elapsed.as_secs_f64();
-        // The label a tool gets: its own once some backend answered for it.
+        // The label a tool gets: its own once some backend answered for it, while
+        // fewer than `MAX_TOOL_LABELS` tools have one (`other` is not one of them).
         let label = |series: &crate::FastMap<String, Vec<ToolSeries>>| {
-            if series.contains_key(tool) || (answered && series.len() < MAX_TOOL_LABELS) {
+            let tools = series.len() - usize::from(series.contains_key("other"));
+            if series.contains_key(tool) || (answered && tools < MAX_TOOL_LABELS) {
                 tool
             } else {
                 "other"
@@ -615,6 +617,13 @@ mod tests {
     fn tool_labels_stop_at_their_bound_and_unanswered_names_are_other() {
         let m = Metrics::new().unwrap();
         let ms = Duration::from_millis(1);
+        // A name no backend answered for, first: `other` takes no tool's place.
+        m.observe_tool(
+            Some("b"),
+            "typo",
+            Outcome::Failed(crate::fault::Fault::Client),
+            ms,
+        );
         for i in 0..MAX_TOOL_LABELS + 5 {
             m.observe_tool(Some("b"), &format!("t{i}"), Outcome::Ok, ms);
         }
