@@ -539,8 +539,11 @@ impl Metrics {
         // The label a tool gets: its own once some backend answered for it, while
         // fewer than `MAX_TOOL_LABELS` tools have one (`other` is not one of them).
         let label = |series: &crate::FastMap<String, Vec<ToolSeries>>| {
+            if series.contains_key(tool) {
+                return tool;
+            }
             let tools = series.len() - usize::from(series.contains_key("other"));
-            if series.contains_key(tool) || (answered && tools < MAX_TOOL_LABELS) {
+            if answered && tools < MAX_TOOL_LABELS {
                 tool
             } else {
                 "other"
@@ -548,8 +551,10 @@ impl Metrics {
         };
         {
             let series = self.tool_series.read();
+            // A tool with its own label is found by one lookup, the common case.
             let found = series
-                .get(label(&series))
+                .get(tool)
+                .or_else(|| series.get(label(&series)))
                 .and_then(|by| by.iter().find(|s| &*s.backend == backend));
             if let Some(s) = found {
                 s.observe(&self.tool_calls, outcome, seconds);
