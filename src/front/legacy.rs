@@ -74,7 +74,7 @@ pub(super) async fn message(
         Ok(b) => b,
         Err(e) => return e.into_response(),
     };
-    let mut messages = match Incoming::parse(&body) {
+    let mut messages = match Incoming::parse_shared(body) {
         Ok(Incoming::Single(m)) => vec![m],
         Ok(Incoming::Batch(ms)) => ms,
         Err(e) => return FrontError::from(e).into_response(),

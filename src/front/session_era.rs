@@ -209,7 +209,7 @@ fn negotiate(headers: &HeaderMap) -> Result<Accepts, FrontError> {
 /// The body, within the limit, parsed once into JSON-RPC messages.
 async fn read_message(app: &App, body: Body, headers: &HeaderMap) -> Result<Incoming, FrontError> {
     let body = read_body(app, body, headers).await?;
-    Incoming::parse(&body).map_err(FrontError::from)
+    Incoming::parse_shared(body).map_err(FrontError::from)
 }
 
 /// Where a POST goes.

@@ -196,26 +196,26 @@ impl Message {
         let mut shape = raw::ParamsShape::default();
         let text = raw::check_message(bytes, &mut members, Some(&mut shape))
             .map_err(|_| not_json(bytes))?;
-        Self::from_members(text, members, shape)
+        Self::from_members(raw::Source::borrowed(text), members, shape)
     }
 
     /// Parses one message from text known to be one JSON value, and its members if
     /// it is an object.
     fn from_members<'a>(
-        text: &'a str,
+        source: raw::Source<'a>,
         members: impl IntoIterator<Item = raw::Member<'a>>,
         shape: raw::ParamsShape,
     ) -> Result<Self, ParseError> {
         // A message is a JSON object (serde would also have read the envelope's
         // fields by position from an array, `["2.0", 1, "ping"]`).
-        if !text.starts_with('{') {
+        if !source.text().starts_with('{') {
             return Err(ParseError::Invalid("not a JSON-RPC object"));
         }
-        Self::from_envelope(text, Envelope::read(members)?, shape)
+        Self::from_envelope(source, Envelope::read(members)?, shape)
     }
 
     fn from_envelope(
-        text: &str,
+        source: raw::Source<'_>,
         env: Envelope<'_>,
         shape: raw::ParamsShape,
     ) -> Result<Self, ParseError> {
@@ -241,7 +241,7 @@ impl Message {
                 ));
             }
         }
-        let params = env.params.map(|p| Raw::params_of(text, p, shape));
+        let params = env.params.map(|p| Raw::params_of(source, p, shape));
         match (env.method, env.result, env.error) {
             (Some(method), None, None) => match id {
                 Some(id) => Ok(Message::Request(Request {
@@ -256,7 +256,7 @@ impl Message {
             },
             (None, Some(result), None) => Ok(Message::Response(Response {
                 id,
-                outcome: Ok(Raw::trusted(result)),
+                outcome: Ok(source.raw(result)),
             })),
             (None, None, Some(error)) => {
                 if !error.starts_with('{') {
@@ -264,7 +264,7 @@ impl Message {
                 }
                 Ok(Message::Response(Response {
                     id,
-                    outcome: Err(Raw::trusted(error)),
+                    outcome: Err(source.raw(error)),
                 }))
             }
             _ => Err(ParseError::Invalid(
@@ -340,18 +340,46 @@ impl Incoming {
         let mut shape = raw::ParamsShape::default();
         let text =
             raw::check_message(bytes, &mut top, Some(&mut shape)).map_err(|_| not_json(bytes))?;
+        Self::of_checked(raw::Source::borrowed(text), top, shape)
+    }
+
+    /// [`Incoming::parse`] of a whole buffer: its params, results and errors are
+    /// slices of `bytes` (when large), not copies.
+    pub fn parse_shared(bytes: bytes::Bytes) -> Result<Self, ParseError> {
+        let buf = match bytestring::ByteString::try_from(bytes.clone()) {
+            Ok(buf) => buf,
+            Err(_) => return Err(not_json(&bytes)),
+        };
+        let mut top = Vec::with_capacity(8);
+        let mut shape = raw::ParamsShape::default();
+        let text =
+            raw::check_text(&buf, &mut top, Some(&mut shape)).map_err(|_| not_json(&bytes))?;
+        Self::of_checked(raw::Source::shared(&buf).narrowed(text), top, shape)
+    }
+
+    /// A checked body: one message, or a batch of them.
+    fn of_checked<'a>(
+        source: raw::Source<'a>,
+        top: Vec<raw::Member<'a>>,
+        shape: raw::ParamsShape,
+    ) -> Result<Self, ParseError> {
+        let text = source.text();
         if text.starts_with('[') {
             let mut out = Vec::new();
             for item in members::elements(text) {
                 let shape = raw::ParamsShape::default();
-                out.push(Message::from_members(item, members::members(item), shape)?);
+                out.push(Message::from_members(
+                    source.narrowed(item),
+                    members::members(item),
+                    shape,
+                )?);
             }
             if out.is_empty() {
                 return Err(ParseError::Invalid("an empty batch is not a message"));
             }
             Ok(Incoming::Batch(out))
         } else {
-            Message::from_members(text, top, shape).map(Incoming::Single)
+            Message::from_members(source, top, shape).map(Incoming::Single)
         }
     }
 }
@@ -1277,9 +1305,124 @@ mod props {
         }
     }
 
+    /// Whether `part` is memory of `buf` (not a copy of it).
+    fn is_slice_of(buf: &bytes::Bytes, part: &str) -> bool {
+        let (b, p) = (buf.as_ptr() as usize, part.as_ptr() as usize);
+        p >= b && p + part.len() <= b + buf.len()
+    }
+
+    /// A body parsed from its buffer hands out its large params, results and errors
+    /// as slices of that buffer (a 100 KB call crosses Gantry without those copies),
+    /// and its small values as copies (an id kept for long keeps no large body alive).
+    #[test]
+    fn large_values_of_a_shared_body_are_not_copied() {
+        let big = "x".repeat(4096);
+        let bodies = [
+            format!(
+                r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{{"name":"echo","arguments":{{"m":"{big}"}}}}}}"#
+            ),
+            format!(
+                r#"{{"jsonrpc":"2.0","id":7,"result":{{"content":[{{"type":"text","text":"{big}"}}]}}}}"#
+            ),
+            format!(r#"{{"jsonrpc":"2.0","id":7,"error":{{"code":1,"message":"{big}"}}}}"#),
+            format!(r#"[{{"jsonrpc":"2.0","id":7,"result":{{"t":"{big}"}}}}]"#),
+        ];
+        for body in bodies {
+            let buf = bytes::Bytes::from(body.clone());
+            let m = match Incoming::parse_shared(buf.clone()).unwrap() {
+                Incoming::Single(m) => m,
+                Incoming::Batch(mut ms) => ms.remove(0),
+            };
+            let (id, value) = match &m {
+                Message::Request(r) => (Some(&r.id), r.params.as_ref().unwrap()),
+                Message::Response(r) => (r.id.as_ref(), r.outcome.as_ref().unwrap_or_else(|e| e)),
+                Message::Notification(_) => unreachable!(),
+            };
+            assert!(value.get().contains(&big), "{body}");
+            assert!(is_slice_of(&buf, value.get()), "copied: {body}");
+            assert!(
+                !is_slice_of(&buf, id.unwrap().raw().get()),
+                "id shared: {body}"
+            );
+            // The same message as parsed from a borrowed slice.
+            assert_eq!(
+                m.to_json(),
+                Message::parse(body.trim_matches(['[', ']']).as_bytes())
+                    .unwrap()
+                    .to_json()
+            );
+        }
+        let small =
+            bytes::Bytes::from_static(br#"{"jsonrpc":"2.0","id":7,"result":{"content":[]}}"#);
+        let Ok(Incoming::Single(Message::Response(r))) = Incoming::parse_shared(small.clone())
+        else {
+            panic!("not a response");
+        };
+        let result = r.outcome.unwrap();
+        assert_eq!(result.get(), r#"{"content":[]}"#);
+        assert!(!is_slice_of(&small, result.get()), "a small value shared");
+    }
+
+    /// A params object parsed from a shared buffer keeps what the check found of its
+    /// members and its `_meta`, as one parsed from a slice does.
+    #[test]
+    fn shared_params_keep_their_members() {
+        let big = "y".repeat(2048);
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"n","arguments":{{"a":"{big}"}},"_meta":{{"k":1,"progressToken":"p"}}}}}}"#
+        );
+        let Ok(Incoming::Single(Message::Request(r))) =
+            Incoming::parse_shared(bytes::Bytes::from(body))
+        else {
+            panic!("not a request");
+        };
+        let params = r.params.unwrap();
+        let keys: Vec<&str> = params.members().map(|(k, _)| k).collect();
+        assert_eq!(keys, [r#""name""#, r#""arguments""#, r#""_meta""#]);
+        let meta = params
+            .members()
+            .find(|(k, _)| *k == r#""_meta""#)
+            .unwrap()
+            .1;
+        let nested: Vec<(&str, &str)> = params.nested_members(meta).unwrap().collect();
+        assert_eq!(nested, [(r#""k""#, "1"), (r#""progressToken""#, r#""p""#)]);
+    }
+
     proptest! {
         // Bigger inputs: fewer cases.
         #![proptest_config(config(48))]
+
+        /// Parsing a buffer gives what parsing a slice of the same bytes gives: the
+        /// same messages, or an error for the same bodies.
+        #[test]
+        fn shared_parsing_agrees_with_borrowed(
+            v in prop_oneof![
+                message_value(),
+                prop::collection::vec(message_value(), 1..4).prop_map(Value::Array),
+                json(),
+            ],
+            cut in any::<prop::sample::Index>(),
+            garble in any::<bool>(),
+        ) {
+            let mut text = serde_json::to_vec(&v).unwrap();
+            if garble {
+                // A broken body: cut short, or with a byte that is not UTF-8.
+                let at = cut.index(text.len());
+                text.truncate(at);
+                text.push(0xff);
+            }
+            let borrowed = Incoming::parse(&text);
+            let shared = Incoming::parse_shared(bytes::Bytes::from(text.clone()));
+            let json = |i: &Incoming| match i {
+                Incoming::Single(m) => vec![m.to_json()],
+                Incoming::Batch(ms) => ms.iter().map(Message::to_json).collect(),
+            };
+            match (&borrowed, &shared) {
+                (Ok(a), Ok(b)) => prop_assert_eq!(json(a), json(b)),
+                (Err(a), Err(b)) => prop_assert_eq!(a.to_string(), b.to_string()),
+                _ => prop_assert!(false, "borrowed {borrowed:?} vs shared {shared:?}"),
+            }
+        }
 
         #[test]
         fn batches_parse_item_by_item(vs in prop::collection::vec(message_value(), 1..5)) {

@@ -17,6 +17,7 @@
 //! serde_json below.
 
 use super::members::{quote_or_backslash, short_special, skip_ws, Members};
+use bytestring::ByteString;
 use once_cell::race::OnceBox;
 use std::fmt;
 
@@ -34,7 +35,8 @@ use std::fmt;
 /// pass found instead: their members and those of their `_meta`, whatever their size.
 #[derive(Clone)]
 pub struct Raw {
-    text: Box<str>,
+    /// The text: its own, or a slice of the message it came in ([`Source::raw`]).
+    text: ByteString,
     index: OnceBox<Index>,
 }
 
@@ -98,6 +100,65 @@ impl std::hash::Hash for Raw {
     }
 }
 
+/// The text a message was parsed from, and the buffer holding it when the message
+/// came in one: values are then taken from that buffer rather than copied, so a
+/// call's params and a backend's result cross Gantry without a copy of their bytes.
+#[derive(Clone, Copy)]
+pub(crate) struct Source<'a> {
+    text: &'a str,
+    shared: Option<&'a ByteString>,
+}
+
+/// Values shorter than this are copied out of a shared buffer rather than sliced: a
+/// copy costs no more than sharing them, and an id or a method name kept for long
+/// does not keep a large message alive.
+const SHARE_FROM: usize = 1024;
+
+impl<'a> Source<'a> {
+    /// Text parsed where it is: values are copied out of it.
+    pub(crate) fn borrowed(text: &'a str) -> Self {
+        Self { text, shared: None }
+    }
+
+    /// A whole buffer: large values are slices of it.
+    pub(crate) fn shared(buf: &'a ByteString) -> Self {
+        Self {
+            text: buf,
+            shared: Some(buf),
+        }
+    }
+
+    /// The text.
+    pub(crate) fn text(&self) -> &'a str {
+        self.text
+    }
+
+    /// `part`, a slice of this source's text, as a [`Raw`] (known valid JSON): the
+    /// same bytes when the source is a buffer and `part` is large, a copy otherwise.
+    pub(crate) fn raw(&self, part: &str) -> Raw {
+        match self.shared {
+            Some(buf) if part.len() >= SHARE_FROM && within(buf, part) => {
+                Raw::trusted(buf.slice_ref(part))
+            }
+            _ => Raw::trusted(part),
+        }
+    }
+
+    /// This source narrowed to `part` (a slice of it), for one element of a batch.
+    pub(crate) fn narrowed(&self, part: &'a str) -> Self {
+        Self {
+            text: part,
+            shared: self.shared.filter(|buf| within(buf, part)),
+        }
+    }
+}
+
+/// Whether `part` lies inside `outer` (as memory, not as text).
+fn within(outer: &str, part: &str) -> bool {
+    let (o, p) = (outer.as_ptr() as usize, part.as_ptr() as usize);
+    p >= o && p.saturating_add(part.len()) <= o.saturating_add(outer.len())
+}
+
 /// Why text is not one JSON value: where it stops being JSON.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("invalid JSON at byte {at}")]
@@ -131,7 +192,7 @@ impl Raw {
 
     /// Text already known to be one JSON value with no whitespace around it: written
     /// by a JSON writer, or a slice of a checked message.
-    pub(crate) fn trusted(text: impl Into<Box<str>>) -> Self {
+    pub(crate) fn trusted(text: impl Into<ByteString>) -> Self {
         Self {
             text: text.into(),
             index: OnceBox::new(),
@@ -140,9 +201,9 @@ impl Raw {
 
     /// A message's `params` (`text`, a slice of the checked `message`), with what
     /// [`check_message`] found of its members and its `_meta`'s.
-    pub(crate) fn params_of(message: &str, text: &str, shape: ParamsShape) -> Self {
-        let raw = Self::trusted(text);
-        let origin = (text.as_ptr() as usize).wrapping_sub(message.as_ptr() as usize);
+    pub(crate) fn params_of(message: Source<'_>, text: &str, shape: ParamsShape) -> Self {
+        let raw = message.raw(text);
+        let origin = (text.as_ptr() as usize).wrapping_sub(message.text.as_ptr() as usize);
         let Some(origin) = shape
             .params
             .at
@@ -172,7 +233,12 @@ impl Raw {
 
     /// The JSON text, owned.
     pub fn into_string(self) -> String {
-        self.text.into_string()
+        self.text.into()
+    }
+
+    /// The JSON text's bytes, without a copy.
+    pub fn into_bytes(self) -> bytes::Bytes {
+        self.text.into_bytes()
     }
 
     /// The top-level members of this value if it is an object (key as written,
@@ -304,6 +370,15 @@ pub fn check_message<'a>(
     let text = std::str::from_utf8(b).map_err(|e| NotJson {
         at: e.valid_up_to(),
     })?;
+    check_text(text, members, shape)
+}
+
+/// [`check_message`] of text already known to be UTF-8.
+pub fn check_text<'a>(
+    text: &'a str,
+    members: &mut Vec<Member<'a>>,
+    shape: Option<&mut ParamsShape>,
+) -> Result<&'a str, NotJson> {
     let span = structure(text, members, shape).map_err(|at| NotJson { at })?;
     text.get(span).ok_or(NotJson { at: 0 })
 }

@@ -109,7 +109,7 @@ impl OutParams {
     /// The params' text, owned, without a copy.
     fn into_bytes(self) -> bytes::Bytes {
         match self {
-            OutParams::Checked(Some(p)) => bytes::Bytes::from(p.into_string()),
+            OutParams::Checked(Some(p)) => p.into_bytes(),
             OutParams::Checked(None) => bytes::Bytes::new(),
             OutParams::Written(t) => bytes::Bytes::from(t),
         }

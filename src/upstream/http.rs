@@ -356,7 +356,7 @@ impl Session {
             match lease.read_body(body, self.core.max_message_bytes).await {
                 Ok(body) => {
                     self.client.release(lease);
-                    self.relay(&body, request_id);
+                    self.relay(body, request_id);
                 }
                 Err(e) => fail(e),
             }
@@ -365,9 +365,9 @@ impl Session {
         }
     }
 
-    fn relay(&self, body: &[u8], related: Option<u64>) {
+    fn relay(&self, body: Bytes, related: Option<u64>) {
         self.core.stats.bytes(true, body.len());
-        match Incoming::parse(body) {
+        match Incoming::parse_shared(body) {
             Ok(Incoming::Single(m)) => self.core.incoming(self.gen, m, related),
             Ok(Incoming::Batch(ms)) => {
                 for m in ms {
@@ -428,7 +428,7 @@ impl Session {
                 if ev.data.trim().is_empty() || !(ev.event.is_empty() || ev.event == "message") {
                     continue;
                 }
-                self.relay(ev.data.as_bytes(), related);
+                self.relay(Bytes::from(ev.data), related);
             }
         }
     }
