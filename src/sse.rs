@@ -201,7 +201,7 @@ pub fn push_message_event_or_head(s: &mut String, id: Option<&str>, data: &str) 
 }
 
 /// A `message` event's lines up to its data.
-fn push_event_head(s: &mut String, id: Option<&str>) {
+pub(crate) fn push_event_head(s: &mut String, id: Option<&str>) {
     if let Some(id) = id {
         s.push_str("id: ");
         s.push_str(id);

@@ -378,6 +378,7 @@ async fn garbage_and_overlong_lines_on_stdout_are_logged_and_skipped() {
             "pipes",
             "close_stdout",
             "ask_many",
+            "progress_burst",
             "stall"
         ]
     );
@@ -494,6 +495,39 @@ async fn large_params_reach_a_stdio_backend_whole() {
         got.iter().all(|p| *p == params),
         "the params changed on the way"
     );
+}
+
+/// Progress a backend writes together with its answer (read by Gantry in one piece)
+/// reaches the client on the call's stream ahead of the answer: an answer is sent
+/// alone only when nothing came before it.
+#[tokio::test]
+async fn progress_read_with_the_answer_comes_before_it() {
+    let dir = Scratch::new("progress-burst");
+    let g = Gantry::recorded_misbehaving(&dir.file("mb.jsonl"));
+    let mut c = g.client();
+    c.initialize().await;
+    for id in 1..=5 {
+        let token = format!("t{id}");
+        let params = json!({"name": "progress_burst", "arguments": {"n": 3},
+                            "_meta": {"progressToken": token}});
+        let r = bounded("burst", PROMPT, c.request(json!(id), "tools/call", params)).await;
+        let seen: Vec<String> = r
+            .messages
+            .iter()
+            .map(|m| match m["method"].as_str() {
+                Some(method) => format!(
+                    "{method} {} {}",
+                    m["params"]["progressToken"], m["params"]["progress"]
+                ),
+                None => format!("answer {} {}", m["id"], tool_text(m)),
+            })
+            .collect();
+        let want: Vec<String> = (1..=3)
+            .map(|p| format!("notifications/progress \"{token}\" {p}"))
+            .chain([format!("answer {id} burst")])
+            .collect();
+        assert_eq!(seen, want, "call {id}: {}", r.raw);
+    }
 }
 
 /// A request cut short while a backend does not read its stdin (its call timed out

@@ -3,6 +3,7 @@
 
 use super::error::FrontError;
 use crate::front::App;
+use crate::jsonrpc::{Raw, Response};
 use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response as HttpResponse};
@@ -98,14 +99,10 @@ impl hyper::body::Body for Parts {
     }
 }
 
-/// A string for what goes before `data` in a [`sse_message_body`], with room for the
-/// data too when it will be copied in.
-pub(super) fn sse_head_for(data: &str) -> String {
-    let copied = if data.len() < crate::sse::SENT_APART {
-        data.len()
-    } else {
-        0
-    };
+/// A string for what goes before data of `len` bytes in a [`sse_message_body`], with
+/// room for the data too when it will be copied in.
+pub(super) fn sse_head_for(len: usize) -> String {
+    let copied = if len < crate::sse::SENT_APART { len } else { 0 };
     String::with_capacity(128 + copied)
 }
 
@@ -130,6 +127,75 @@ pub(super) fn sse_message_body(mut head: String, id: Option<&str>, data: String)
         bytes::Bytes::from_static(crate::sse::EVENT_END.as_bytes()),
     ];
     with_sse_headers(HttpResponse::new(Body::new(Parts::new(parts))))
+}
+
+/// [`sse_message_body`] of a response: a large result or error (one with no raw
+/// newline to blank) is sent after its envelope as it is, not copied into the
+/// response's text first.
+pub(super) fn sse_response_body(
+    mut head: String,
+    id: Option<&str>,
+    resp: Response,
+) -> HttpResponse {
+    let (envelope, value) = match Apart::of(resp) {
+        Apart::Whole(json) => return sse_message_body(head, id, json),
+        Apart::Value { envelope, value } => (envelope, value),
+    };
+    head.reserve(48 + id.map_or(0, str::len) + envelope.len());
+    crate::sse::push_event_head(&mut head, id);
+    head.push_str(&envelope);
+    let parts = [
+        bytes::Bytes::from(head),
+        value.into_bytes(),
+        bytes::Bytes::from_static(b"}\n\n"),
+    ];
+    with_sse_headers(HttpResponse::new(Body::new(Parts::new(parts))))
+}
+
+/// A JSON response of `resp`, a large result or error sent after its envelope as it
+/// is (not copied into the response's text first).
+pub(super) fn json_response_of(resp: Response) -> HttpResponse {
+    let (envelope, value) = match Apart::of(resp) {
+        Apart::Whole(json) => return json_response(json),
+        Apart::Value { envelope, value } => (envelope, value),
+    };
+    let parts = [
+        bytes::Bytes::from(envelope),
+        value.into_bytes(),
+        bytes::Bytes::from_static(b"}"),
+    ];
+    let mut r = HttpResponse::new(Body::new(Parts::new(parts)));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+/// A response made ready to send.
+enum Apart {
+    /// A large value with no raw newline, sent after its envelope as it is; `}`
+    /// closes the envelope after it.
+    Value { envelope: String, value: Raw },
+    /// The response's text, the value copied in: a small one, or one whose raw
+    /// newlines an SSE event blanks.
+    Whole(String),
+}
+
+impl Apart {
+    fn of(resp: Response) -> Self {
+        let (mut envelope, value) = resp.into_parts();
+        let text = value.get();
+        if text.len() < crate::sse::SENT_APART
+            || memchr::memchr2(b'\n', b'\r', text.as_bytes()).is_some()
+        {
+            envelope.reserve(text.len() + 1);
+            envelope.push_str(text);
+            envelope.push('}');
+            return Apart::Whole(envelope);
+        }
+        Apart::Value { envelope, value }
+    }
 }
 
 /// Marks a response as an SSE stream (type, no caching, no proxy buffering).
@@ -284,7 +350,8 @@ pub(super) fn session_header(headers: &HeaderMap) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
-    use super::{collect, DRAIN_BYTES};
+    use super::{collect, json_response_of, sse_response_body, DRAIN_BYTES};
+    use crate::jsonrpc::{Message, Response};
     use axum::body::Body;
     use bytes::Bytes;
     use futures::StreamExt;
@@ -330,5 +397,81 @@ mod tests {
         let limit = 1024;
         let body = stalled(chunks(limit + DRAIN_BYTES + 1, 1 << 20));
         assert_eq!(within_a_second(body, limit).await, None);
+    }
+
+    /// A response as a backend could write it: `value` as its result.
+    fn response(value: &str) -> Response {
+        let text = format!(r#"{{"jsonrpc":"2.0","id":"a\u0062","result":{value}}}"#);
+        match Message::parse(text.as_bytes()).unwrap() {
+            Message::Response(r) => r,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// Results small and large, compact and with raw newlines between tokens.
+    fn results() -> Vec<String> {
+        let text = "0123456789abcdef".repeat(400);
+        vec![
+            r#"{"content":[]}"#.to_owned(),
+            format!(r#"{{"content":[{{"type":"text","text":"{text}"}}]}}"#),
+            format!("{{\n  \"content\": [\r\n {{\"type\":\"text\",\"text\":\"{text}\"}}\n  ]\n}}"),
+        ]
+    }
+
+    async fn body_of(r: axum::response::Response) -> (Option<String>, usize, String) {
+        use http_body_util::BodyExt;
+        let length = hyper::body::Body::size_hint(r.body()).exact();
+        let kind = r
+            .headers()
+            .get(axum::http::header::CONTENT_TYPE)
+            .map(|v| v.to_str().unwrap().to_owned());
+        let bytes = r.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(length, Some(bytes.len() as u64), "announced length");
+        (
+            kind,
+            bytes.len(),
+            String::from_utf8(bytes.to_vec()).unwrap(),
+        )
+    }
+
+    /// A response answered as JSON is its text, whole, however large its result (a
+    /// large one sent after its envelope rather than copied into it).
+    #[tokio::test]
+    async fn a_json_answer_is_the_response_whole() {
+        for value in results() {
+            let resp = response(&value);
+            let want = resp.to_json();
+            let (kind, _, got) = body_of(json_response_of(resp)).await;
+            assert_eq!(kind.as_deref(), Some("application/json"));
+            assert_eq!(got, want);
+        }
+    }
+
+    /// A response answered over SSE is one event after what came before it, its data
+    /// the response whole on one line: as written when compact, its raw newlines
+    /// blanked otherwise.
+    #[tokio::test]
+    async fn an_sse_answer_is_one_event_of_the_response_whole() {
+        for value in results() {
+            let resp = response(&value);
+            let want = resp.to_json();
+            let head = "id: 7_0\nretry: 10\ndata: \n\n".to_owned();
+            let (kind, _, got) = body_of(sse_response_body(head, Some("7_1"), resp)).await;
+            assert_eq!(kind.as_deref(), Some("text/event-stream"));
+            let events = crate::sse::Parser::new(1 << 20)
+                .feed(got.as_bytes())
+                .unwrap();
+            assert_eq!(events.len(), 2, "{got}");
+            assert_eq!(events[1].id.as_deref(), Some("7_1"));
+            assert!(!events[1].data.contains(['\n', '\r']));
+            let parsed: serde_json::Value = serde_json::from_str(&events[1].data).unwrap();
+            assert_eq!(
+                parsed,
+                serde_json::from_str::<serde_json::Value>(&want).unwrap()
+            );
+            if !want.contains(['\n', '\r']) {
+                assert_eq!(events[1].data, want);
+            }
+        }
     }
 }

@@ -9,6 +9,7 @@ use crate::auth::Principal;
 use crate::call::{CallCtx, Sink};
 use crate::front::edge::quota_key;
 use crate::front::http::json_response;
+use crate::front::http::json_response_of;
 use crate::front::http::read_body;
 use crate::front::http::session_header;
 use crate::front::http::with_sse_headers;
@@ -506,7 +507,7 @@ pub(super) async fn single(
         // Answered as one JSON object; nested traffic (if any) uses the GET stream.
         let sink = session.standalone_sink();
         return match run_call(&app, &session, req, sink).await {
-            Some(r) => json_response(r.to_json()),
+            Some(r) => json_response_of(r),
             None => StatusCode::ACCEPTED.into_response(),
         };
     }
@@ -516,84 +517,109 @@ pub(super) async fn single(
     // own task and the client gets the live, resumable stream from its first event.
     // Dropping the handler (the client went away) also moves it: a disconnect is not
     // a cancellation.
-    let mut call = InlineCall(Some(Box::pin(call_task(
-        app.clone(),
-        session.clone(),
-        req,
-        stream.clone(),
-    ))));
-    let finished = match call.0.as_mut() {
+    let mut call = InlineCall {
+        run: Some(Box::pin(call_answer(
+            app.clone(),
+            session.clone(),
+            req,
+            stream.clone(),
+        ))),
+        stream: stream.clone(),
+    };
+    let answered = match call.run.as_mut() {
         Some(fut) => tokio::select! {
             biased;
-            _ = fut => true,
-            _ = stream.wait_event(QUICK_WINDOW) => false,
+            resp = fut => Some(resp),
+            _ = stream.wait_event(QUICK_WINDOW) => None,
         },
-        None => false,
+        None => None,
     };
-    if finished {
-        call.0 = None;
+    if let Some(resp) = answered {
+        call.run = None;
+        match resp {
+            // A quick call that sent nothing before its response: one complete SSE
+            // body (priming event and response), no stream kept, a large result
+            // sent as it is.
+            Some(resp) if stream.close_if_untouched() => {
+                session.forget_stream(stream.id);
+                let (body, id) = quick_head(&app, &session, &stream, resp.len_hint());
+                return crate::front::http::sse_response_body(body, Some(&id), resp);
+            }
+            resp => stream.finish(resp.map(|r| r.to_json())),
+        }
     }
     drop(call);
     // A quick call with nothing but its response: a complete SSE body written at once
     // (priming event and response), no stream kept.
     if let Some(only) = stream.final_within(Duration::ZERO).await {
         session.forget_stream(stream.id);
-        let mut body = crate::front::http::sse_head_for(&only);
-        // Digits written by itoa: `format!` machinery costs more than the rest of
-        // the framing together.
-        let mut digits = itoa::Buffer::new();
-        let stream_id = digits.format(stream.id);
-        if let Some(retry) = app.body_options(&session, true, true).priming {
-            let mut millis = itoa::Buffer::new();
-            for part in [
-                "id: ",
-                stream_id,
-                "_0\nretry: ",
-                millis.format(retry.as_millis()),
-            ] {
-                body.push_str(part);
-            }
-            body.push_str("\ndata: \n\n");
-        }
-        let mut id = String::with_capacity(stream_id.len() + 2);
-        id.push_str(stream_id);
-        id.push_str("_1");
+        let (body, id) = quick_head(&app, &session, &stream, only.len());
         return crate::front::http::sse_message_body(body, Some(&id), only);
     }
     let opts = app.body_options(&session, true, true);
     sse_response(&app, SseKind::Response, sse_body(stream, 0, opts))
 }
 
+/// The start of a quick call's complete SSE body (its priming event, if the session
+/// has one), and the id of the response's event.
+fn quick_head(app: &App, session: &Session, stream: &EventStream, len: usize) -> (String, String) {
+    let mut body = crate::front::http::sse_head_for(len);
+    // Digits written by itoa: `format!` machinery costs more than the rest of the
+    // framing together.
+    let mut digits = itoa::Buffer::new();
+    let stream_id = digits.format(stream.id);
+    if let Some(retry) = app.body_options(session, true, true).priming {
+        let mut millis = itoa::Buffer::new();
+        for part in [
+            "id: ",
+            stream_id,
+            "_0\nretry: ",
+            millis.format(retry.as_millis()),
+        ] {
+            body.push_str(part);
+        }
+        body.push_str("\ndata: \n\n");
+    }
+    let mut id = String::with_capacity(stream_id.len() + 2);
+    id.push_str(stream_id);
+    id.push_str("_1");
+    (body, id)
+}
+
 /// How long a request may run inline and be answered in one write rather than streamed.
 pub(super) const QUICK_WINDOW: Duration = Duration::from_millis(25);
 
 /// A call being run inline by its HTTP handler; if dropped unfinished, it moves to
-/// its own task.
-pub(super) struct InlineCall(
-    Option<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>>,
-);
+/// its own task, which writes its response into `stream`.
+pub(super) struct InlineCall {
+    run: Option<std::pin::Pin<Box<dyn std::future::Future<Output = Option<Response>> + Send>>>,
+    stream: Arc<EventStream>,
+}
 
 impl Drop for InlineCall {
     fn drop(&mut self) {
-        if let Some(f) = self.0.take() {
-            tokio::spawn(f);
+        if let Some(f) = self.run.take() {
+            let stream = self.stream.clone();
+            tokio::spawn(async move {
+                let resp = f.await;
+                stream.finish(resp.map(|r| r.to_json()));
+            });
         }
     }
 }
 
-/// A call that writes its response into `stream`, then closes it. Registered for
-/// cancellation at once, before it is first polled.
-pub(super) fn call_task(
+/// A call whose traffic before its response goes into `stream`; its response is
+/// returned. Registered for cancellation at once, before it is first polled.
+fn call_answer(
     app: Arc<App>,
     session: Arc<Session>,
     req: Request,
     stream: Arc<EventStream>,
-) -> impl std::future::Future<Output = ()> + Send + 'static {
+) -> impl std::future::Future<Output = Option<Response>> + Send + 'static {
     let guard = session.track(&req.id);
     async move {
-        let sink = session.sink_for(stream.clone());
-        let resp = run_tracked(&app, &session, req, sink, guard).await;
-        stream.finish(resp.map(|r| r.to_json()));
+        let sink = session.sink_for(stream);
+        run_tracked(&app, &session, req, sink, guard).await
     }
 }
 

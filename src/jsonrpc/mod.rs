@@ -488,19 +488,45 @@ impl Response {
     /// The JSON text of this response. An error without an id is written with
     /// `"id":null`, as JSON-RPC 2.0 requires for unreadable requests.
     pub fn to_json(&self) -> String {
-        let (key, body) = match &self.outcome {
-            Ok(r) => ("result", r.get()),
-            Err(e) => ("error", e.get()),
+        let body = match &self.outcome {
+            Ok(r) | Err(r) => r.get(),
+        };
+        let mut out = self.head(body.len() + 1);
+        out.push_str(body);
+        out.push('}');
+        out
+    }
+
+    /// About how long [`Response::to_json`] is (the envelope counted roughly).
+    pub fn len_hint(&self) -> usize {
+        let id = self.id.as_ref().map_or(4, |i| i.raw().get().len());
+        match &self.outcome {
+            Ok(r) | Err(r) => r.get().len() + id + 40,
+        }
+    }
+
+    /// [`Response::to_json`] in two parts, the result or error not copied: the
+    /// envelope up to it, and it. The text is the head, the value, then `}`.
+    pub fn into_parts(self) -> (String, Raw) {
+        let head = self.head(0);
+        match self.outcome {
+            Ok(r) | Err(r) => (head, r),
+        }
+    }
+
+    /// The envelope up to the result or error, with `room` to spare.
+    fn head(&self, room: usize) -> String {
+        let key = match &self.outcome {
+            Ok(_) => "result",
+            Err(_) => "error",
         };
         let id = self.id.as_ref().map_or("null", |i| i.raw().get());
-        let mut out = String::with_capacity(40 + id.len() + body.len());
+        let mut out = String::with_capacity(40 + id.len() + room);
         out.push_str("{\"jsonrpc\":\"2.0\",\"id\":");
         out.push_str(id);
         out.push_str(",\"");
         out.push_str(key);
         out.push_str("\":");
-        out.push_str(body);
-        out.push('}');
         out
     }
 }

@@ -204,6 +204,27 @@ impl EventStream {
         }
     }
 
+    /// Closes the stream if nothing was ever written into it, for a response its
+    /// caller delivers itself: `true` then. Atomic with writes, so nothing pushed
+    /// before the close is lost and nothing after it is accepted.
+    pub fn close_if_untouched(&self) -> bool {
+        let untouched = {
+            let mut g = self.inner.lock();
+            let untouched = !g.closed && g.next_seq == 1;
+            if untouched {
+                g.closed = true;
+                // The response, event 1, is delivered by the caller.
+                g.next_seq = 2;
+                g.delivered = 1;
+            }
+            untouched
+        };
+        if untouched {
+            self.notify.notify_waiters();
+        }
+        untouched
+    }
+
     /// Marks the stream finished; readers end after the last event.
     pub fn close(&self) {
         self.inner.lock().closed = true;
