@@ -16,6 +16,12 @@ const READ_ROOM: usize = 32 * 1024;
 /// A buffer grown past this by a large message is given back once it is drained.
 const KEEP_BUFFER: usize = 64 * 1024;
 
+/// A line at least this long that starts the buffer is handed out with the buffer
+/// ([`Line::Taken`]) rather than as a slice of it: its bytes reach the parser, and
+/// its values the client, without a copy. (The buffer, past [`KEEP_BUFFER`], would
+/// be given back anyway.)
+const TAKE_FROM: usize = KEEP_BUFFER;
+
 /// Bytes kept from the start and from the end of a discarded line.
 const OVERSIZE_HEAD: usize = 4096;
 const OVERSIZE_TAIL: usize = 256;
@@ -24,6 +30,8 @@ const OVERSIZE_TAIL: usize = 256;
 pub(super) enum Line<'a> {
     /// A line, without its `\n`.
     Data(&'a [u8]),
+    /// A large line, without its `\n`, handed out with the buffer it was read into.
+    Taken(bytes::Bytes),
     /// A line over the limit, discarded; its first and last bytes are kept to tell
     /// whose answer it was.
     TooLong(Oversize),
@@ -64,6 +72,9 @@ pub(super) struct LineReader<R> {
     start: usize,
     /// Where the search for the next `\n` goes on (the bytes before it have none).
     searched: usize,
+    /// The length of the last line taken ([`Line::Taken`]): the room a large line
+    /// under way is given at once, rather than by doublings that copy it each time.
+    large: usize,
 }
 
 impl<R: AsyncRead + Unpin> LineReader<R> {
@@ -73,6 +84,7 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
             buf: Vec::new(),
             start: 0,
             searched: 0,
+            large: 0,
         }
     }
 
@@ -86,8 +98,19 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
             if let Some(i) = memchr::memchr(b'\n', unsearched) {
                 let end = self.searched + i;
                 let line = self.start..end;
+                let whole = self.start == 0 && end >= TAKE_FROM;
                 self.start = end + 1;
                 self.searched = self.start;
+                if oversize.is_none() && end <= max && whole {
+                    // What follows the line (little, if anything) stays, copied.
+                    let rest = self.buf.get(end + 1..).unwrap_or_default().to_vec();
+                    let mut taken = std::mem::replace(&mut self.buf, rest);
+                    taken.truncate(end);
+                    self.start = 0;
+                    self.searched = 0;
+                    self.large = end + 1;
+                    return Ok(Line::Taken(bytes::Bytes::from(taken)));
+                }
                 let part = self.buf.get(line).unwrap_or_default();
                 if oversize.is_some() || part.len() > max {
                     let mut o = oversize.unwrap_or_default();
@@ -111,7 +134,17 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
             }
             self.start = 0;
             self.searched = self.buf.len();
-            self.buf.reserve(READ_ROOM);
+            // A line under way gets the room the last large one took, at once (never
+            // more than the limit allows); an idle reader keeps only the read room.
+            let room = if self.buf.is_empty() {
+                READ_ROOM
+            } else {
+                self.large
+                    .min(max.saturating_add(1))
+                    .saturating_sub(self.buf.len())
+                    .max(READ_ROOM)
+            };
+            self.buf.reserve(room);
             if self.r.read_buf(&mut self.buf).await? == 0 {
                 return Ok(self.at_eof(oversize));
             }
@@ -180,6 +213,7 @@ mod tests {
         for _ in 0..10_000 {
             match r.next(max).await.unwrap() {
                 Line::Data(line) => out.push(Ok(line.to_vec())),
+                Line::Taken(line) => out.push(Ok(line.to_vec())),
                 Line::TooLong(o) => out.push(Err(o.bytes)),
                 Line::Eof => return out,
             }
@@ -228,6 +262,64 @@ mod tests {
                 "{}",
                 r.buf.capacity()
             );
+        }
+    }
+
+    /// Large lines between small ones, read in chunks of any size, come out whole
+    /// and in order; a large one that starts the buffer comes with the buffer
+    /// ([`Line::Taken`]), and the buffer stays within its bound throughout.
+    #[tokio::test]
+    async fn large_lines_come_whole_with_their_buffer() {
+        let sizes = [
+            10,
+            TAKE_FROM - 1,
+            TAKE_FROM,
+            3,
+            TAKE_FROM + 1,
+            150_000,
+            0,
+            7,
+            200_000,
+            5,
+        ];
+        let lines: Vec<Vec<u8>> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| (0..n).map(|k| b'a' + ((i + k) % 26) as u8).collect())
+            .collect();
+        let data = lines.join(&b'\n');
+        let max = 300_000;
+        for chunk in [1000, 4096, 65_536, 1 << 20] {
+            let mut r = reader(&data, chunk);
+            let mut taken = 0;
+            for (i, want) in lines.iter().enumerate() {
+                let got = match r.next(max).await.unwrap() {
+                    Line::Data(l) => l.to_vec(),
+                    Line::Taken(l) => {
+                        taken += 1;
+                        assert!(l.len() >= TAKE_FROM, "line {i} taken at {} bytes", l.len());
+                        l.to_vec()
+                    }
+                    Line::TooLong(o) => panic!("line {i}: too long at {}", o.bytes),
+                    Line::Eof => panic!("line {i}: eof"),
+                };
+                assert!(
+                    got == *want,
+                    "chunk {chunk}, line {i}: {} bytes for {}",
+                    got.len(),
+                    want.len()
+                );
+                assert!(
+                    r.buf.capacity() <= 2 * (max + READ_ROOM),
+                    "chunk {chunk}: {}",
+                    r.buf.capacity()
+                );
+            }
+            assert!(matches!(r.next(max).await.unwrap(), Line::Eof));
+            // Each large line read in more than one piece started a fresh buffer.
+            if chunk < TAKE_FROM {
+                assert!(taken >= 3, "chunk {chunk}: {taken} lines taken");
+            }
         }
     }
 

@@ -464,6 +464,45 @@ fn exit_reason(status: &std::io::Result<std::process::ExitStatus>) -> String {
     }
 }
 
+/// One line of the child's stdout (`taken`: the same, as the buffer it came in, whose
+/// large values are then relayed without a copy): its messages go to `core`.
+fn deliver(
+    core: &Arc<Core>,
+    gen: u64,
+    room: &mut Option<PipeRoom>,
+    noise: &mut Noise,
+    line: &[u8],
+    taken: Option<&bytes::Bytes>,
+) {
+    core.stats.bytes(true, line.len() + 1);
+    if let Some(room) = room {
+        // The next answer this large crosses the pipe in one piece.
+        room.fit(line.len() + 1);
+    }
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    if line.iter().all(u8::is_ascii_whitespace) {
+        return;
+    }
+    let parsed = match taken {
+        Some(buf) => crate::jsonrpc::Incoming::parse_shared(buf.slice(..line.len())),
+        None => crate::jsonrpc::Incoming::parse(line),
+    };
+    match parsed {
+        Ok(crate::jsonrpc::Incoming::Single(m)) => core.incoming(gen, m, None),
+        Ok(crate::jsonrpc::Incoming::Batch(ms)) => {
+            for m in ms {
+                core.incoming(gen, m, None);
+            }
+        }
+        Err(_) if !noise.allow(&core.name) => {}
+        Err(e) => {
+            let shown = String::from_utf8_lossy(line.get(..200).unwrap_or(line));
+            tracing::warn!(backend = %core.name, error = %e, line = %shown,
+                "backend wrote a line to stdout that is not JSON-RPC; skipped");
+        }
+    }
+}
+
 /// Reads the child's stdout until it closes; cancels `closed` then. An answer larger
 /// than the pipe grows it (`room`) for the next one.
 async fn read_stdout<R: AsyncRead + Unpin>(
@@ -501,31 +540,8 @@ async fn read_stdout<R: AsyncRead + Unpin>(
                     _ => {}
                 }
             }
-            Ok(Line::Data(line)) => {
-                core.stats.bytes(true, line.len() + 1);
-                if let Some(room) = &mut room {
-                    // The next answer this large crosses the pipe in one piece.
-                    room.fit(line.len() + 1);
-                }
-                let line = line.strip_suffix(b"\r").unwrap_or(line);
-                if line.iter().all(u8::is_ascii_whitespace) {
-                    continue;
-                }
-                match crate::jsonrpc::Incoming::parse(line) {
-                    Ok(crate::jsonrpc::Incoming::Single(m)) => core.incoming(gen, m, None),
-                    Ok(crate::jsonrpc::Incoming::Batch(ms)) => {
-                        for m in ms {
-                            core.incoming(gen, m, None);
-                        }
-                    }
-                    Err(_) if !noise.allow(&core.name) => {}
-                    Err(e) => {
-                        let shown = String::from_utf8_lossy(line.get(..200).unwrap_or(line));
-                        tracing::warn!(backend = %core.name, error = %e, line = %shown,
-                            "backend wrote a line to stdout that is not JSON-RPC; skipped");
-                    }
-                }
-            }
+            Ok(Line::Data(line)) => deliver(&core, gen, &mut room, &mut noise, line, None),
+            Ok(Line::Taken(line)) => deliver(&core, gen, &mut room, &mut noise, &line, Some(&line)),
             Err(e) => {
                 tracing::warn!(backend = %core.name, error = %e, "cannot read backend stdout");
                 break;
@@ -548,8 +564,13 @@ async fn log_stderr<R: AsyncRead + Unpin>(
     loop {
         // A line over the limit shows its beginning.
         let over;
+        let taken;
         let bytes = match r.next(MAX_STDERR_LINE).await {
             Ok(Line::Data(line)) => line,
+            Ok(Line::Taken(line)) => {
+                taken = line;
+                &taken
+            }
             Ok(Line::TooLong(o)) => {
                 over = o;
                 &over.head
