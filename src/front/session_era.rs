@@ -542,7 +542,10 @@ pub(super) async fn single(
             // sent as it is.
             Some(resp) if stream.close_if_untouched() => {
                 session.forget_stream(stream.id);
-                let (body, id) = quick_head(&app, &session, &stream, resp.len_hint());
+                let len = match &resp.outcome {
+                    Ok(v) | Err(v) => v.get().len(),
+                };
+                let (body, id) = quick_head(&app, &session, &stream, len);
                 return crate::front::http::sse_response_body(body, Some(&id), resp);
             }
             resp => stream.finish(resp.map(|r| r.to_json())),

@@ -497,14 +497,6 @@ impl Response {
         out
     }
 
-    /// About how long [`Response::to_json`] is (the envelope counted roughly).
-    pub fn len_hint(&self) -> usize {
-        let id = self.id.as_ref().map_or(4, |i| i.raw().get().len());
-        match &self.outcome {
-            Ok(r) | Err(r) => r.get().len() + id + 40,
-        }
-    }
-
     /// [`Response::to_json`] in two parts, the result or error not copied: the
     /// envelope up to it, and it. The text is the head, the value, then `}`.
     pub fn into_parts(self) -> (String, Raw) {
@@ -1333,8 +1325,7 @@ mod props {
 
     /// Whether `part` is memory of `buf` (not a copy of it).
     fn is_slice_of(buf: &bytes::Bytes, part: &str) -> bool {
-        let (b, p) = (buf.as_ptr() as usize, part.as_ptr() as usize);
-        p >= b && p + part.len() <= b + buf.len()
+        raw::within(std::str::from_utf8(buf).unwrap(), part)
     }
 
     /// A body parsed from its buffer hands out its large params, results and errors
