@@ -7,6 +7,7 @@ use super::super::session_era::run_tracked_as;
 use super::super::App;
 use super::mrtr::{Ask, Binding, StateError};
 use super::route::Internal;
+use super::up::{UpReceiver, UpSender};
 use crate::auth::Principal;
 use crate::call::{ClientAnswer, Downstream, Sink};
 use crate::front::stateless::answer;
@@ -41,7 +42,7 @@ pub(super) enum Up {
 
 /// The [`Downstream`] of one stateless call.
 pub(super) struct CallSink {
-    pub(super) tx: mpsc::Sender<Up>,
+    pub(super) tx: UpSender,
     pub(super) capabilities: crate::call::Capabilities,
     pub(super) log_rank: Option<u8>,
     pub(super) cancel: CancellationToken,
@@ -64,7 +65,7 @@ impl Downstream for CallSink {
     }
 
     fn ask(&self, method: String, params: Option<Raw>) -> BoxFuture<'static, ClientAnswer> {
-        let tx = self.tx.clone();
+        let tx = self.tx.handle();
         let cancel = self.cancel.clone();
         let missing = crate::session::required_capability(&method)
             .filter(|cap| !self.capabilities.declares(cap));
@@ -81,15 +82,12 @@ impl Downstream for CallSink {
                 .to_raw());
             }
             let (reply, rx) = oneshot::channel();
-            if tx
-                .send(Up::Ask(Ask {
-                    method,
-                    params,
-                    reply,
-                }))
-                .await
-                .is_err()
-            {
+            let ask = Up::Ask(Ask {
+                method,
+                params,
+                reply,
+            });
+            if tx.send(ask).await.is_err() {
                 return gone();
             }
             tokio::select! {
@@ -174,7 +172,7 @@ impl std::future::Future for Done {
 /// closed its stream, or its parked call expired).
 pub(crate) struct Running {
     pub(super) done: Done,
-    pub(super) up: mpsc::Receiver<Up>,
+    pub(super) up: UpReceiver,
     pub(super) cancel: CancellationToken,
     /// Input requests asked so far (names the keys).
     pub(super) asked: u64,
@@ -263,7 +261,7 @@ pub(super) async fn call(
     };
     let guard = session.track(&upstream.id);
     let cancel = guard.token();
-    let (tx, up) = mpsc::channel(64);
+    let (tx, up) = super::up::queue();
     let sink: Sink = Arc::new(CallSink {
         tx,
         capabilities,

@@ -29,6 +29,7 @@ mod call;
 mod listen;
 mod mrtr;
 mod route;
+mod up;
 mod validate;
 
 pub(crate) use self::call::Running;
