@@ -21,7 +21,7 @@ pub(super) async fn open(
     Extension(principal): Extension<Principal>,
     extensions: axum::http::Extensions,
 ) -> HttpResponse {
-    if app.stopping.is_cancelled() {
+    if app.is_stopping() {
         return FrontError::Unavailable("Gantry is shutting down").into_response();
     }
     let client = super::edge::quota_key(&principal, &extensions);

@@ -36,7 +36,7 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response as HttpResponse};
 use axum::routing::{any, get};
 use std::convert::Infallible;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -67,8 +67,9 @@ pub struct App {
     pub builtin: Option<Arc<crate::auth::builtin::AuthServer>>,
     origin: OriginPolicy,
     calls: AtomicUsize,
-    /// Cancelled when the server stops accepting work.
-    pub stopping: CancellationToken,
+    /// Set when the server stops accepting work (a flag, not a token: every request
+    /// looks at it, and a token's look locks it).
+    stopping: AtomicBool,
     /// Stateless-era calls waiting for their client's input.
     mrtr: stateless::Mrtr<stateless::Running>,
     /// Each principal's route to the backends for its stateless-era requests.
@@ -218,7 +219,7 @@ impl App {
                 None => None,
             },
             calls: AtomicUsize::new(0),
-            stopping: CancellationToken::new(),
+            stopping: AtomicBool::new(false),
             mrtr: stateless::Mrtr::new(cfg.server.input_timeout),
             stateless: dashmap::DashMap::new(),
             cfg,
@@ -260,6 +261,11 @@ impl App {
     fn call_guard(&self) -> CallGuard<'_> {
         self.calls.fetch_add(1, Ordering::Relaxed);
         CallGuard(&self.calls)
+    }
+
+    /// Whether the server has stopped accepting work.
+    pub fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::SeqCst)
     }
 
     /// Client requests being answered right now.
@@ -504,7 +510,7 @@ async fn ready(State(app): State<Arc<App>>) -> HttpResponse {
         .filter(|(_, required, state)| *required && !state.is_up())
         .map(|(name, _, _)| name.as_str())
         .collect();
-    let status = if app.stopping.is_cancelled() {
+    let status = if app.is_stopping() {
         "stopping"
     } else if !waiting.is_empty() {
         "waiting for required backends"
@@ -584,7 +590,7 @@ async fn status(State(app): State<Arc<App>>) -> HttpResponse {
         .collect();
     axum::Json(serde_json::json!({
         "version": env!("CARGO_PKG_VERSION"),
-        "stopping": app.stopping.is_cancelled(),
+        "stopping": app.is_stopping(),
         "sessions": app.sessions.len(),
         "calls_in_flight": app.calls_in_flight(),
         "backends": backends,
@@ -680,7 +686,7 @@ pub async fn serve(
         let (app, stop, drained) = (app.clone(), stop.clone(), drained.clone());
         tokio::spawn(async move {
             stop.cancelled().await;
-            app.stopping.cancel();
+            app.stopping.store(true, Ordering::SeqCst);
             // Calls waiting for a stateless client's input end now (cancelled).
             app.mrtr.clear();
             let grace = app.cfg.server.shutdown_grace;

@@ -262,7 +262,7 @@ pub(super) async fn initialize(
                 .into_response();
         }
     };
-    if app.stopping.is_cancelled() {
+    if app.is_stopping() {
         return FrontError::Unavailable("Gantry is shutting down").into_response();
     }
     let session = match app.sessions.create(principal.as_str(), false, client) {

@@ -24,7 +24,7 @@ use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use rand::RngCore;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 use tokio::sync::oneshot;
@@ -77,7 +77,14 @@ pub struct Session {
     /// Cancelled when the session ends ([`Session::end`], which also cancels the
     /// requests in flight: their tokens are not its children).
     pub cancel: CancellationToken,
-    last_seen: Mutex<Instant>,
+    /// Set by [`Session::end`] before it cancels anything: one atomic load for the
+    /// per-request checks (a token's own check locks it, and a principal's stateless
+    /// route is one session that every one of its requests checks).
+    ended: AtomicBool,
+    /// When it was created, and when it was last used: nanoseconds since then (a
+    /// store, not a lock, at the end of every request).
+    created: Instant,
+    last_seen: AtomicU64,
     event_buffer: usize,
     /// The client quota it counts against, if any.
     quota_key: Option<String>,
@@ -113,7 +120,9 @@ impl Session {
             next_track: AtomicU64::new(1),
             inflight_count: AtomicUsize::new(0),
             cancel: CancellationToken::new(),
-            last_seen: Mutex::new(Instant::now()),
+            ended: AtomicBool::new(false),
+            created: Instant::now(),
+            last_seen: AtomicU64::new(0),
             event_buffer,
             quota_key: None,
             caller: Mutex::new(None),
@@ -162,11 +171,22 @@ impl Session {
 
     /// Marks the session as used now.
     pub fn touch(&self) {
-        *self.last_seen.lock() = Instant::now();
+        self.last_seen.store(self.age_nanos(), Ordering::Relaxed);
     }
 
     fn idle_for(&self) -> Duration {
-        self.last_seen.lock().elapsed()
+        let seen = self.last_seen.load(Ordering::Relaxed);
+        Duration::from_nanos(self.age_nanos().saturating_sub(seen))
+    }
+
+    /// Nanoseconds since it was created (584 years fit).
+    fn age_nanos(&self) -> u64 {
+        u64::try_from(self.created.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// Whether the session has ended ([`Session::end`]).
+    pub fn is_ended(&self) -> bool {
+        self.ended.load(Ordering::SeqCst)
     }
 
     /// Whether something is still going on (a call in flight or a stream attached).
@@ -253,15 +273,35 @@ impl Session {
                 .entry(key.clone())
                 .or_default()
                 .push((n, token.clone()));
-            if self.cancel.is_cancelled() {
+            if self.is_ended() {
                 token.cancel();
             }
         }
         self.inflight_count.fetch_add(1, Ordering::Relaxed);
         InflightGuard {
             session: self.clone(),
-            key,
-            n,
+            entry: Some((key, n)),
+            token,
+        }
+    }
+
+    /// [`Session::track`] for a request that no client can cancel by its id: a call
+    /// on a principal's stateless route, which every request of that principal
+    /// shares (the era has no `notifications/cancelled`; its client cancels by
+    /// going away, which drops the call and cancels its token). It counts as in
+    /// flight, so the route is not reaped while it runs, but takes no place in the
+    /// in-flight table, whose lock all of the principal's calls would contend for.
+    /// [`Session::end`] does not reach its token: ending the route closes its
+    /// backends, and the call ends with its client's request.
+    pub fn track_uncancellable(self: &Arc<Self>) -> InflightGuard {
+        let token = CancellationToken::new();
+        self.inflight_count.fetch_add(1, Ordering::Relaxed);
+        if self.is_ended() {
+            token.cancel();
+        }
+        InflightGuard {
+            session: self.clone(),
+            entry: None,
             token,
         }
     }
@@ -310,6 +350,7 @@ impl Session {
     /// Ends the session: cancels its calls and streams. Backends are shut down by
     /// the caller (see [`SessionStore::end`]).
     fn end(&self) {
+        self.ended.store(true, Ordering::SeqCst);
         self.cancel.cancel();
         for (_, t) in self.inflight.lock().values().flatten() {
             t.cancel();
@@ -329,8 +370,8 @@ type Inflight = crate::FastMap<Arc<str>, Vec<(u64, CancellationToken)>>;
 /// Unregisters an in-flight request when dropped.
 pub struct InflightGuard {
     session: Arc<Session>,
-    key: Arc<str>,
-    n: u64,
+    /// Its key and tracking number in the in-flight table, if it has a place there.
+    entry: Option<(Arc<str>, u64)>,
     token: CancellationToken,
 }
 
@@ -343,13 +384,15 @@ impl InflightGuard {
 
 impl Drop for InflightGuard {
     fn drop(&mut self) {
-        let mut m = self.session.inflight.lock();
-        if let Some(v) = m.get_mut(&self.key) {
-            if let Some(pos) = v.iter().position(|(n, _)| *n == self.n) {
-                v.swap_remove(pos);
-            }
-            if v.is_empty() {
-                m.remove(&self.key);
+        if let Some((key, n)) = &self.entry {
+            let mut m = self.session.inflight.lock();
+            if let Some(v) = m.get_mut(key) {
+                if let Some(pos) = v.iter().position(|(k, _)| k == n) {
+                    v.swap_remove(pos);
+                }
+                if v.is_empty() {
+                    m.remove(key);
+                }
             }
         }
         self.session.inflight_count.fetch_sub(1, Ordering::Relaxed);
@@ -497,7 +540,7 @@ impl SessionStore {
         }
         let s = self.map.get(id).map(|e| e.value().clone());
         match s {
-            Some(s) if s.principal == principal && !s.cancel.is_cancelled() => {
+            Some(s) if s.principal == principal && !s.is_ended() => {
                 s.touch();
                 Ok(s)
             }
@@ -594,6 +637,32 @@ mod tests {
         if to_end {
             assert!(matches!(st.read(st.delivered(), r), StreamRead::Closed));
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_no_client_can_cancel_by_id_keeps_the_session_busy_and_not_idle() {
+        let s = Arc::new(Session::new("p".into(), false, 16));
+        tokio::time::advance(Duration::from_secs(60)).await;
+        assert!(s.idle_for() >= Duration::from_secs(60));
+        let call = s.track_uncancellable();
+        assert!(s.busy() && s.inflight() == 1);
+        // Not in the table: cancelling by an id reaches nothing.
+        assert_eq!(s.cancel_request(&RequestId::from_string("1")), 0);
+        assert!(!call.token().is_cancelled());
+        tokio::time::advance(Duration::from_secs(5)).await;
+        drop(call);
+        assert!(!s.busy());
+        assert!(
+            s.idle_for() < Duration::from_secs(1),
+            "the call's end did not count as use"
+        );
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert_eq!(s.idle_for(), Duration::from_secs(2));
+        // Tracked once the session ended, a call is cancelled from the start.
+        s.end();
+        assert!(s.is_ended());
+        assert!(s.track_uncancellable().token().is_cancelled());
+        assert!(s.track(&RequestId::from_string("2")).token().is_cancelled());
     }
 
     #[test]

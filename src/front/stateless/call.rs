@@ -259,7 +259,7 @@ pub(super) async fn call(
         method: method.clone(),
         params: relayed,
     };
-    let guard = session.track(&upstream.id);
+    let guard = session.track_uncancellable();
     let cancel = guard.token();
     let (tx, up) = super::up::queue();
     let sink: Sink = Arc::new(CallSink {

@@ -227,7 +227,7 @@ pub(super) async fn listen(
         }
         internal.listeners.list.lock().retain(|l| l.n != n);
         internal.listeners.drop_uris(&filter.uris);
-        if !internal.session.cancel.is_cancelled() {
+        if !internal.session.is_ended() {
             // (A closing route's subscriptions go with it.)
             for uri in &filter.uris {
                 if let Err(e) = internal.listeners.reconcile(&app, &internal, uri).await {

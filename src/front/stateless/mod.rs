@@ -189,7 +189,7 @@ pub(crate) async fn post(
             ),
         );
     }
-    if app.stopping.is_cancelled() {
+    if app.is_stopping() {
         return FrontError::Unavailable("Gantry is shutting down").into_response();
     }
     let internal = match internal_route(&app, principal.as_str()).await {
@@ -198,21 +198,25 @@ pub(crate) async fn post(
     };
     if method == "tools/call" {
         let name = params.str("name").unwrap_or_default();
-        let declared = tool_headers(&app, &internal).await;
-        let none = Vec::new();
-        let mirrored = declared.get(name.as_ref()).unwrap_or(&none);
-        let sent_any = headers.keys().any(|k| k.as_str().starts_with("mcp-param-"));
-        if !mirrored.is_empty() || sent_any {
-            let arguments = params.value("arguments").unwrap_or(Value::Null);
-            if let Err(why) = crate::mcp::param::check(mirrored, &arguments, |h| {
-                headers.get(h).map(HeaderValue::as_bytes)
-            }) {
-                return answer(
-                    StatusCode::BAD_REQUEST,
-                    Some(id),
-                    &RpcError::new(code::HEADER_MISMATCH, format!("Header mismatch: {why}")),
-                );
+        // The declarations as listed, read in place (no count of their users taken).
+        let checked = internal
+            .tools
+            .listed()
+            .as_deref()
+            .map(|declared| param_headers(declared, &name, headers, &params));
+        let checked = match checked {
+            Some(c) => c,
+            None => {
+                let declared = tool_headers(&app, &internal).await;
+                param_headers(&declared, &name, headers, &params)
             }
+        };
+        if let Err(why) = checked {
+            return answer(
+                StatusCode::BAD_REQUEST,
+                Some(id),
+                &RpcError::new(code::HEADER_MISMATCH, format!("Header mismatch: {why}")),
+            );
         }
     }
     match method.as_str() {
@@ -228,6 +232,25 @@ pub(crate) async fn post(
             .await
         }
     }
+}
+
+/// Checks a tool call's `Mcp-Param-*` headers against the arguments they mirror, by
+/// the tool's declarations.
+fn param_headers(
+    declared: &crate::mcp::param::ToolHeaders,
+    name: &str,
+    headers: &HeaderMap,
+    params: &Params<'_>,
+) -> Result<(), String> {
+    let mirrored = declared.get(name).map_or(&[][..], Vec::as_slice);
+    let sent_any = headers.keys().any(|k| k.as_str().starts_with("mcp-param-"));
+    if mirrored.is_empty() && !sent_any {
+        return Ok(());
+    }
+    let arguments = params.value("arguments").unwrap_or(Value::Null);
+    crate::mcp::param::check(mirrored, &arguments, |h| {
+        headers.get(h).map(HeaderValue::as_bytes)
+    })
 }
 
 pub(super) fn server_info() -> Value {

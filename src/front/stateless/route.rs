@@ -25,8 +25,66 @@ pub(crate) struct Internal {
     pub(super) init: Value,
     /// The principal's open `subscriptions/listen` streams.
     pub(super) listeners: Arc<Listeners>,
-    /// Its tools' `Mcp-Param-*` declarations (`None`: not listed since the last change).
-    pub(super) tools: Arc<tokio::sync::Mutex<Option<Arc<ToolHeaders>>>>,
+    /// Its tools' `Mcp-Param-*` declarations.
+    pub(super) tools: Arc<ToolCache>,
+}
+
+/// A principal's tool header declarations, listed once and again after a
+/// `notifications/tools/list_changed`. Every `tools/call` reads them: a read is
+/// a load, with no lock or counter that the principal's calls would share.
+#[derive(Default)]
+pub(super) struct ToolCache {
+    /// `None`: not listed since the last change.
+    listed: arc_swap::ArcSwapOption<ToolHeaders>,
+    /// Changes seen; a listing under way keeps what it read only if none came
+    /// meanwhile.
+    changes: std::sync::atomic::AtomicU64,
+    /// Held while listing, so that calls waiting for the list do not all list.
+    listing: tokio::sync::Mutex<()>,
+}
+
+impl ToolCache {
+    /// The declarations as listed, if they are.
+    pub(super) fn listed(&self) -> arc_swap::Guard<Option<Arc<ToolHeaders>>> {
+        self.listed.load()
+    }
+
+    /// Forgets the list: the tools changed.
+    fn changed(&self) {
+        self.changes
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.listed.store(None);
+    }
+
+    /// The declarations, listed by `list` (what it read, and whether that was all)
+    /// if they are not at hand: by one caller at a time, the others waiting for its
+    /// list. A list that is not complete is used once and not kept.
+    async fn get_or_list<F, Fut>(&self, list: F) -> Arc<ToolHeaders>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = (ToolHeaders, bool)>,
+    {
+        use std::sync::atomic::Ordering;
+        if let Some(t) = self.listed.load_full() {
+            return t;
+        }
+        let _listing = self.listing.lock().await;
+        if let Some(t) = self.listed.load_full() {
+            return t;
+        }
+        let changes = self.changes.load(Ordering::SeqCst);
+        let (all, complete) = list().await;
+        let all = Arc::new(all);
+        if complete {
+            // Kept unless the tools changed while they were listed; a change after
+            // this look forgets it again (it counts before it forgets).
+            self.listed.store(Some(all.clone()));
+            if self.changes.load(Ordering::SeqCst) != changes {
+                self.listed.store(None);
+            }
+        }
+        all
+    }
 }
 
 /// The principal's route: opened on its first stateless request, used by all its
@@ -41,6 +99,11 @@ pub(super) async fn internal_route(
         era: Era::Stateless,
         per_call: !app.auth().is_required(),
     };
+    // The route in use: a shared lock of the map, not an entry's exclusive one.
+    let open = app.stateless.get(principal).and_then(|c| c.get().cloned());
+    if let Some(got) = open.filter(|i| !i.session.is_ended()) {
+        return Ok(got);
+    }
     for _ in 0..2 {
         let cell: Arc<OnceCell<Arc<Internal>>> = app
             .stateless
@@ -51,7 +114,7 @@ pub(super) async fn internal_route(
             .get_or_try_init(|| open_internal(app, principal, caller))
             .await?
             .clone();
-        if !got.session.cancel.is_cancelled() {
+        if !got.session.is_ended() {
             return Ok(got);
         }
         // Expired (idle) since: open a new one.
@@ -71,7 +134,7 @@ pub(super) async fn open_internal(
     })?;
     let init = ClientInit::for_stateless_callers();
     let listeners = Arc::new(Listeners::default());
-    let tools = Arc::new(tokio::sync::Mutex::new(None));
+    let tools = Arc::new(ToolCache::default());
     let owner: Sink = Arc::new(InternalOwner {
         listeners: listeners.clone(),
         tools: tools.clone(),
@@ -106,14 +169,13 @@ pub(super) async fn open_internal(
 /// requests outside any call cannot reach a stateless client: refused at once.
 pub(super) struct InternalOwner {
     pub(super) listeners: Arc<Listeners>,
-    pub(super) tools: Arc<tokio::sync::Mutex<Option<Arc<ToolHeaders>>>>,
+    pub(super) tools: Arc<ToolCache>,
 }
 
 impl Downstream for InternalOwner {
     fn notify(&self, n: Notification) {
         if n.method == "notifications/tools/list_changed" {
-            let tools = self.tools.clone();
-            tokio::spawn(async move { *tools.lock().await = None });
+            self.tools.changed();
         }
         self.listeners.deliver(&n);
     }
@@ -174,24 +236,118 @@ pub(super) async fn own_request(
 /// The `x-mcp-header` declarations of the principal's tools, listed once and again
 /// after a `tools/list_changed`.
 pub(super) async fn tool_headers(app: &App, internal: &Internal) -> Arc<ToolHeaders> {
-    let mut cached = internal.tools.lock().await;
-    if let Some(t) = cached.as_ref() {
-        return t.clone();
+    internal
+        .tools
+        .get_or_list(|| {
+            crate::mcp::param::list_all(|cursor| async move {
+                let mut params = json!({});
+                if let (Some(c), Some(p)) = (cursor, params.as_object_mut()) {
+                    p.insert("cursor".into(), c);
+                }
+                own_request(app, internal, "tools/list", params).await.ok()
+            })
+        })
+        .await
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    fn declared(tool: &str) -> ToolHeaders {
+        let mut t = ToolHeaders::new();
+        t.insert(tool.to_owned(), Vec::new());
+        t
     }
-    let (all, complete) = crate::mcp::param::list_all(|cursor| async move {
-        let mut params = json!({});
-        if let (Some(c), Some(p)) = (cursor, params.as_object_mut()) {
-            p.insert("cursor".into(), c);
-        }
-        own_request(app, internal, "tools/list", params).await.ok()
-    })
-    .await;
-    if !complete {
-        // Unknown: what was read is checked (the backend still checks what it
-        // declares); asked again next time.
-        return Arc::new(all);
+
+    #[tokio::test]
+    async fn declarations_are_listed_once_until_the_tools_change() {
+        let cache = ToolCache::default();
+        let lists = AtomicUsize::new(0);
+        let list = |tool: &'static str| {
+            let lists = &lists;
+            move || async move {
+                lists.fetch_add(1, Ordering::SeqCst);
+                (declared(tool), true)
+            }
+        };
+        assert!(cache.get_or_list(list("a")).await.contains_key("a"));
+        assert!(cache.get_or_list(list("b")).await.contains_key("a"));
+        assert!(cache.listed().is_some());
+        assert_eq!(lists.load(Ordering::SeqCst), 1);
+        cache.changed();
+        assert!(cache.listed().is_none());
+        assert!(cache.get_or_list(list("b")).await.contains_key("b"));
+        assert_eq!(lists.load(Ordering::SeqCst), 2);
     }
-    let all = Arc::new(all);
-    *cached = Some(all.clone());
-    all
+
+    #[tokio::test]
+    async fn a_list_the_tools_changed_under_or_that_is_not_complete_is_not_kept() {
+        let cache = ToolCache::default();
+        let got = cache
+            .get_or_list(|| async {
+                // The backend says its tools changed while they are being listed.
+                cache.changed();
+                (declared("old"), true)
+            })
+            .await;
+        assert!(
+            got.contains_key("old"),
+            "the caller still gets what was read"
+        );
+        assert!(
+            cache.listed().is_none(),
+            "a list older than a change was kept"
+        );
+        let got = cache
+            .get_or_list(|| async { (declared("part"), false) })
+            .await;
+        assert!(got.contains_key("part"));
+        assert!(cache.listed().is_none(), "an incomplete list was kept");
+        cache
+            .get_or_list(|| async { (declared("new"), true) })
+            .await;
+        assert!(cache
+            .listed()
+            .as_deref()
+            .is_some_and(|t| t.contains_key("new")));
+    }
+
+    #[tokio::test]
+    async fn callers_waiting_for_a_list_share_it() {
+        let cache = Arc::new(ToolCache::default());
+        let lists = Arc::new(AtomicUsize::new(0));
+        let (go, wait) = tokio::sync::oneshot::channel::<()>();
+        let first = {
+            let (cache, lists) = (cache.clone(), lists.clone());
+            tokio::spawn(async move {
+                cache
+                    .get_or_list(|| async move {
+                        lists.fetch_add(1, Ordering::SeqCst);
+                        let _ = wait.await;
+                        (declared("a"), true)
+                    })
+                    .await
+            })
+        };
+        tokio::task::yield_now().await;
+        let second = {
+            let (cache, lists) = (cache.clone(), lists.clone());
+            tokio::spawn(async move {
+                cache
+                    .get_or_list(|| async move {
+                        lists.fetch_add(1, Ordering::SeqCst);
+                        (declared("b"), true)
+                    })
+                    .await
+            })
+        };
+        tokio::task::yield_now().await;
+        let _ = go.send(());
+        assert!(first.await.unwrap().contains_key("a"));
+        assert!(second.await.unwrap().contains_key("a"));
+        assert_eq!(lists.load(Ordering::SeqCst), 1);
+    }
 }
