@@ -452,6 +452,54 @@ async fn a_stateless_http_backend_gets_the_eras_headers() {
 }
 
 #[tokio::test]
+async fn calls_at_once_to_a_stateless_http_backend_list_its_tools_once() {
+    let dir = Scratch::new("headers-once");
+    let headers = dir.file("headers.jsonl");
+    let backend = HttpServer::example_with_env(&[("MB_RECORD_HEADERS", headers.to_str().unwrap())]);
+    let g = Gantry::with_config(&example_http_backend(&backend.url));
+    let s = Stateless::new(&g);
+    // The tools' header declarations are not known yet when eight calls arrive:
+    // one of them lists the tools, the others wait for its list.
+    let calls = (0..8).map(|i| {
+        let body = json!({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {
+            "name": "test_custom_headers", "arguments": {"region": format!("r{i}"), "priority": i},
+            "_meta": stateless_meta(json!({}))}});
+        let rb = s
+            .builder("tools/call", Some("test_custom_headers"))
+            .header("mcp-param-region", format!("r{i}"))
+            .header("mcp-param-priority", i.to_string());
+        s.send(rb, body)
+    });
+    for (i, r) in futures::future::join_all(calls)
+        .await
+        .into_iter()
+        .enumerate()
+    {
+        assert!(
+            r.response(&json!(i)).unwrap()["result"].is_object(),
+            "{}",
+            r.raw
+        );
+    }
+    let seen = http_requests(&headers);
+    let method = |m: &str| {
+        seen.iter()
+            .filter(|r| r["headers"]["mcp-method"] == m)
+            .count()
+    };
+    assert_eq!(method("tools/call"), 8, "{seen:?}");
+    // One listing for the catalog the client's headers are checked against, one
+    // for the backend's own declarations; none per call.
+    assert!(method("tools/list") <= 2, "{seen:?}");
+    for r in seen
+        .iter()
+        .filter(|r| r["headers"]["mcp-method"] == "tools/call")
+    {
+        assert!(r["headers"]["mcp-param-region"].is_string(), "{r}");
+    }
+}
+
+#[tokio::test]
 async fn a_client_has_at_most_64_server_requests_waiting_for_its_answers() {
     let dir = Scratch::new("ask-cap");
     let record = dir.file("received.jsonl");

@@ -6,6 +6,7 @@
 
 use serde_json::Value;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// The kinds of value a header can mirror.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -119,6 +120,64 @@ pub fn of_tools(tools: &[Value], into: &mut ToolHeaders) {
     }
 }
 
+/// Tool header declarations, listed once and again after a
+/// `notifications/tools/list_changed`. Every `tools/call` reads them: a read is
+/// a load, with no lock or counter that the calls would share.
+#[derive(Default)]
+pub struct ToolCache {
+    /// `None`: not listed since the last change.
+    listed: arc_swap::ArcSwapOption<ToolHeaders>,
+    /// Changes seen; a listing under way keeps what it read only if none came
+    /// meanwhile.
+    changes: std::sync::atomic::AtomicU64,
+    /// Held while listing, so that calls waiting for the list do not all list.
+    listing: tokio::sync::Mutex<()>,
+}
+
+impl ToolCache {
+    /// The declarations as listed, if they are.
+    pub fn listed(&self) -> arc_swap::Guard<Option<Arc<ToolHeaders>>> {
+        self.listed.load()
+    }
+
+    /// Forgets the list: the tools changed.
+    pub fn changed(&self) {
+        self.changes
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.listed.store(None);
+    }
+
+    /// The declarations, listed by `list` (what it read, and whether that was all)
+    /// if they are not at hand: by one caller at a time, the others waiting for its
+    /// list. A list that is not complete is used once and not kept.
+    pub async fn get_or_list<F, Fut>(&self, list: F) -> Arc<ToolHeaders>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = (ToolHeaders, bool)>,
+    {
+        use std::sync::atomic::Ordering;
+        if let Some(t) = self.listed.load_full() {
+            return t;
+        }
+        let _listing = self.listing.lock().await;
+        if let Some(t) = self.listed.load_full() {
+            return t;
+        }
+        let changes = self.changes.load(Ordering::SeqCst);
+        let (all, complete) = list().await;
+        let all = Arc::new(all);
+        if complete {
+            // Kept unless the tools changed while they were listed; a change after
+            // this look forgets it again (it counts before it forgets).
+            self.listed.store(Some(all.clone()));
+            if self.changes.load(Ordering::SeqCst) != changes {
+                self.listed.store(None);
+            }
+        }
+        all
+    }
+}
+
 fn value_at<'a>(arguments: &'a Value, path: &[String]) -> Option<&'a Value> {
     path.iter()
         .try_fold(arguments, |v, k| v.get(k))
@@ -216,6 +275,8 @@ mod tests {
     )]
     use super::*;
     use serde_json::json;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
 
     fn schema() -> Value {
         json!({"type": "object", "properties": {
@@ -277,5 +338,100 @@ mod tests {
             "header without argument"
         );
         assert!(check(&params, &json!({}), |_| None).is_ok());
+    }
+
+    fn declared(tool: &str) -> ToolHeaders {
+        let mut t = ToolHeaders::new();
+        t.insert(tool.to_owned(), Vec::new());
+        t
+    }
+
+    #[tokio::test]
+    async fn declarations_are_listed_once_until_the_tools_change() {
+        let cache = ToolCache::default();
+        let lists = AtomicUsize::new(0);
+        let list = |tool: &'static str| {
+            let lists = &lists;
+            move || async move {
+                lists.fetch_add(1, Ordering::SeqCst);
+                (declared(tool), true)
+            }
+        };
+        assert!(cache.get_or_list(list("a")).await.contains_key("a"));
+        assert!(cache.get_or_list(list("b")).await.contains_key("a"));
+        assert!(cache.listed().is_some());
+        assert_eq!(lists.load(Ordering::SeqCst), 1);
+        cache.changed();
+        assert!(cache.listed().is_none());
+        assert!(cache.get_or_list(list("b")).await.contains_key("b"));
+        assert_eq!(lists.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn a_list_the_tools_changed_under_or_that_is_not_complete_is_not_kept() {
+        let cache = ToolCache::default();
+        let got = cache
+            .get_or_list(|| async {
+                // The backend says its tools changed while they are being listed.
+                cache.changed();
+                (declared("old"), true)
+            })
+            .await;
+        assert!(
+            got.contains_key("old"),
+            "the caller still gets what was read"
+        );
+        assert!(
+            cache.listed().is_none(),
+            "a list older than a change was kept"
+        );
+        let got = cache
+            .get_or_list(|| async { (declared("part"), false) })
+            .await;
+        assert!(got.contains_key("part"));
+        assert!(cache.listed().is_none(), "an incomplete list was kept");
+        cache
+            .get_or_list(|| async { (declared("new"), true) })
+            .await;
+        assert!(cache
+            .listed()
+            .as_deref()
+            .is_some_and(|t| t.contains_key("new")));
+    }
+
+    #[tokio::test]
+    async fn callers_waiting_for_a_list_share_it() {
+        let cache = Arc::new(ToolCache::default());
+        let lists = Arc::new(AtomicUsize::new(0));
+        let (go, wait) = tokio::sync::oneshot::channel::<()>();
+        let first = {
+            let (cache, lists) = (cache.clone(), lists.clone());
+            tokio::spawn(async move {
+                cache
+                    .get_or_list(|| async move {
+                        lists.fetch_add(1, Ordering::SeqCst);
+                        let _ = wait.await;
+                        (declared("a"), true)
+                    })
+                    .await
+            })
+        };
+        tokio::task::yield_now().await;
+        let second = {
+            let (cache, lists) = (cache.clone(), lists.clone());
+            tokio::spawn(async move {
+                cache
+                    .get_or_list(|| async move {
+                        lists.fetch_add(1, Ordering::SeqCst);
+                        (declared("b"), true)
+                    })
+                    .await
+            })
+        };
+        tokio::task::yield_now().await;
+        let _ = go.send(());
+        assert!(first.await.unwrap().contains_key("a"));
+        assert!(second.await.unwrap().contains_key("a"));
+        assert_eq!(lists.load(Ordering::SeqCst), 1);
     }
 }

@@ -306,18 +306,10 @@ async fn param_headers(
     name: &str,
     params: &str,
 ) -> super::core::ExtraHeaders {
-    let known = core.tool_headers.lock().clone();
-    let declared = match known {
-        Some(d) => d,
-        None => {
-            let (d, complete) = list_tool_headers(core, gen).await;
-            let d = Arc::new(d);
-            if complete {
-                *core.tool_headers.lock() = Some(d.clone());
-            }
-            d
-        }
-    };
+    let declared = core
+        .tool_headers
+        .get_or_list(|| list_tool_headers(core, gen))
+        .await;
     let Some(mirrored) = declared.get(name).filter(|m| !m.is_empty()) else {
         return Vec::new();
     };

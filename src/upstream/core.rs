@@ -173,9 +173,9 @@ pub(crate) struct Core {
     /// subscription is in force once acknowledged).
     pub(super) listen_version: AtomicU64,
     pub(super) listen_acked: watch::Sender<u64>,
-    /// Stateless-era HTTP backends: their tools' `Mcp-Param-*` declarations
-    /// (`None`: not listed since the last `tools/list_changed`).
-    pub(super) tool_headers: Mutex<Option<Arc<crate::mcp::param::ToolHeaders>>>,
+    /// Stateless-era HTTP backends: their tools' `Mcp-Param-*` declarations,
+    /// listed again after a `tools/list_changed`.
+    pub(super) tool_headers: crate::mcp::param::ToolCache,
     /// What the backend last listed (the merged catalog's cache).
     pub(super) lists: super::lists::ListCache,
     /// Stdio: the last stderr lines of the latest incarnation that ended before it

@@ -98,7 +98,7 @@ impl Core {
             | "notifications/prompts/list_changed"
             | "notifications/resources/list_changed" => {
                 if n.method == "notifications/tools/list_changed" {
-                    *self.tool_headers.lock() = None;
+                    self.tool_headers.changed();
                 }
                 self.lists
                     .announce(super::lists::ListKind::changed_by(&n.method));

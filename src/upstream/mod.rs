@@ -104,7 +104,7 @@ impl Conn {
             listen_changed: tokio::sync::Notify::new(),
             listen_version: AtomicU64::new(0),
             listen_acked: watch::channel(0).0,
-            tool_headers: Mutex::new(None),
+            tool_headers: Default::default(),
             lists: lists::ListCache::default(),
             probing: Mutex::new(None),
             start_stderr: Mutex::new(Vec::new()),
