@@ -437,15 +437,45 @@ fn status(url: &str, key: Option<&str>, json: bool) -> std::process::ExitCode {
     }
 }
 
+/// The environment variable that sets how many worker threads the runtime has
+/// (tokio's own name for it; tokio would panic on a value it cannot read).
+const WORKER_THREADS_VAR: &str = "TOKIO_WORKER_THREADS";
+
+/// The worker threads asked for in [`WORKER_THREADS_VAR`] (`None`: one per CPU).
+fn worker_threads() -> Result<Option<usize>, String> {
+    let Some(v) = std::env::var_os(WORKER_THREADS_VAR) else {
+        return Ok(None);
+    };
+    v.to_str()
+        .and_then(|s| s.trim().parse::<usize>().ok())
+        .filter(|n| (1..=1024).contains(n))
+        .map(Some)
+        .ok_or_else(|| {
+            format!(
+                "{WORKER_THREADS_VAR}={}: give a whole number of worker threads from 1 to 1024, \
+                 or leave it unset for one per CPU",
+                v.to_string_lossy()
+            )
+        })
+}
+
 fn block_on(
     what: &str,
     logged: bool,
     fut: impl std::future::Future<Output = anyhow::Result<()>>,
 ) -> std::process::ExitCode {
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    match worker_threads() {
+        Ok(Some(n)) => {
+            builder.worker_threads(n);
+        }
+        Ok(None) => {}
+        Err(e) => {
+            eprintln!("{what}: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    }
+    let rt = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("cannot start the runtime: {e}");
@@ -562,6 +592,10 @@ fn main() -> std::process::ExitCode {
             return block_on("example server", false, gantry_example::serve_stdio(eras));
         }
         None => {}
+    }
+    if let Err(e) = worker_threads() {
+        eprintln!("gantry: {e}");
+        return std::process::ExitCode::FAILURE;
     }
     telemetry::init(cli.log_format);
     if !gantry::supervisor::is_worker() {

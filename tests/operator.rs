@@ -773,3 +773,46 @@ fn check_config_shows_the_effective_configuration_without_secrets() {
         "{text}"
     );
 }
+
+/// The gateway process's runtime worker threads (tokio names them `tokio-rt-worker`).
+fn worker_threads_of(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+        .filter(|t| {
+            std::fs::read_to_string(t.path().join("comm"))
+                .is_ok_and(|c| c.trim() == "tokio-rt-worker")
+        })
+        .count()
+}
+
+/// `TOKIO_WORKER_THREADS` sets how many worker threads the gateway runs; a value
+/// that is not a number of threads stops Gantry with a message naming it, not a
+/// panic.
+#[tokio::test]
+async fn worker_threads_follow_tokio_worker_threads() {
+    for n in ["1", "3"] {
+        let g = Gantry::start_env(&[], &[("TOKIO_WORKER_THREADS", n)]);
+        let mut c = g.client();
+        c.initialize().await;
+        let r = c
+            .call_tool(json!(2), "echo", json!({"message": "hi"}))
+            .await;
+        assert!(r["result"].is_object(), "{r}");
+        assert_eq!(worker_threads_of(g.pid()).to_string(), n);
+    }
+    for bad in ["abc", "0", "-1", ""] {
+        let out = std::process::Command::new(gantry_bin())
+            .args(["--listen", "127.0.0.1:0"])
+            .env("TOKIO_WORKER_THREADS", bad)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{bad:?}: {err}");
+        assert!(
+            err.contains(&format!("TOKIO_WORKER_THREADS={bad}: give a whole number")),
+            "{bad:?}: {err}"
+        );
+        assert!(!err.contains("panicked"), "{bad:?}: {err}");
+    }
+}
