@@ -842,17 +842,40 @@ async fn a_session_era_backend_gets_the_clients_params_without_the_stateless_era
     );
 }
 
-/// A large answer is sent after its SSE framing as it is: one event, its length
-/// announced, its text whole.
+/// A call that sends nothing before its answer is answered as one JSON body when
+/// the client takes JSON (every client of the era must): its length announced, its
+/// text whole, no SSE framing around it. A client that takes only SSE gets the same
+/// answer as one SSE event.
 #[tokio::test]
-async fn a_large_answer_comes_whole_in_one_sse_event() {
+async fn a_lone_answer_comes_as_json_or_as_one_sse_event_for_an_sse_only_client() {
     let g = Gantry::example_stdio();
     let c = Stateless::new(&g);
     let message = "0123456789abcdef".repeat(8 * 1024);
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
                       "params": {"name": "echo", "arguments": {"message": message},
                                  "_meta": meta(json!({}))}});
-    let r = c.send(c.builder("tools/call", Some("echo")), body).await;
+    let r = c
+        .send(c.builder("tools/call", Some("echo")), body.clone())
+        .await;
+    assert!(
+        r.content_type().starts_with("application/json"),
+        "{}",
+        r.content_type()
+    );
+    assert_eq!(r.messages.len(), 1);
+    let length = r.headers.get("content-length").expect("content-length");
+    assert_eq!(length.to_str().unwrap(), r.raw.len().to_string());
+    assert_eq!(text_of(&the_response(&r, &json!(1))), message);
+
+    let sse_only = c
+        .http
+        .post(&c.url)
+        .header("content-type", "application/json")
+        .header("accept", "text/event-stream")
+        .header("mcp-protocol-version", V)
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", "echo");
+    let r = c.send(sse_only, body).await;
     assert!(
         r.content_type().starts_with("text/event-stream"),
         "{}",

@@ -599,10 +599,13 @@ pub(super) fn complete(
     reply(status, body, accepts)
 }
 
-/// An answer in one write: an SSE event when the client takes SSE (as a server of
-/// this era usually answers a call), JSON otherwise and for HTTP-level errors.
+/// An answer in one write: JSON when the client takes JSON, as every client of the
+/// era must. The call sent nothing before its answer (or it would be streaming
+/// already), and the era has no stream to resume, so an SSE event around the lone
+/// answer would only cost both ends its framing. SSE for a client that takes only
+/// that; JSON for HTTP-level errors.
 pub(super) fn reply(status: StatusCode, body: String, accepts: Accepts) -> HttpResponse {
-    if status == StatusCode::OK && accepts.sse {
+    if status == StatusCode::OK && accepts.sse && !accepts.json {
         crate::front::http::sse_message_body(String::new(), None, body)
     } else {
         json_body(status, body)
