@@ -43,7 +43,7 @@ use crate::jsonrpc::members::{Object, ObjectWriter};
 use crate::jsonrpc::Raw;
 use crate::jsonrpc::{code, to_raw, Message, Request, RequestId, Response, RpcError};
 use crate::mcp::Era;
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response as HttpResponse};
 use serde_json::{json, Value};
 use std::borrow::Cow;
@@ -125,15 +125,7 @@ pub(super) fn answer(status: StatusCode, id: Option<RequestId>, e: &RpcError) ->
 }
 
 pub(super) fn json_body(status: StatusCode, body: String) -> HttpResponse {
-    (
-        status,
-        [(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        )],
-        body,
-    )
-        .into_response()
+    super::http::json_response_with(status, body)
 }
 
 /// At most 80 characters of a client-supplied string, for error messages.
