@@ -11,9 +11,9 @@ use crate::front::edge::quota_key;
 use crate::front::http::json_response;
 use crate::front::http::json_response_of;
 use crate::front::http::read_body;
-use crate::front::http::session_header;
 use crate::front::http::with_sse_headers;
 use crate::front::http::Accepts;
+use crate::front::http::Heads;
 use crate::front::http::{sse_response, SseKind};
 use crate::front::stateless;
 use crate::front::App;
@@ -34,9 +34,9 @@ use std::time::Duration;
 pub(super) fn lookup(
     app: &App,
     principal: &Principal,
-    headers: &HeaderMap,
+    heads: &Heads<'_>,
 ) -> Result<Arc<Session>, FrontError> {
-    let Some(id) = session_header(headers) else {
+    let Some(id) = heads.session_id() else {
         return Err(FrontError::BadRequest(
             "Mcp-Session-Id header is required".into(),
         ));
@@ -48,8 +48,9 @@ pub(super) fn lookup(
     }
 }
 
-pub(super) fn check_version_header(headers: &HeaderMap) -> Result<(), FrontError> {
-    let Some(v) = headers.get(crate::mcp::header::PROTOCOL_VERSION) else {
+/// `MCP-Protocol-Version` (its first value) is absent or a session-era version.
+pub(super) fn check_version_header(v: Option<&HeaderValue>) -> Result<(), FrontError> {
+    let Some(v) = v else {
         return Ok(());
     };
     let v = v.to_str().unwrap_or_default();
@@ -82,7 +83,8 @@ pub(super) async fn post(app: Arc<App>, principal: Principal, req: HttpRequest) 
     let (parts, body) = req.into_parts();
     let peer = super::edge::peer_ip(&parts.extensions);
     let headers = parts.headers;
-    let accepts = match negotiate(&headers) {
+    let heads = Heads::read(&headers);
+    let accepts = match negotiate(&heads, &headers) {
         Ok(a) => a,
         Err(e) => return e.into_response(),
     };
@@ -90,11 +92,13 @@ pub(super) async fn post(app: Arc<App>, principal: Principal, req: HttpRequest) 
         Ok(i) => i,
         Err(e) => return e.into_response(),
     };
-    match &mut incoming {
-        Incoming::Single(m) => super::edge::adopt_trace_header(&headers, [m]),
-        Incoming::Batch(ms) => super::edge::adopt_trace_header(&headers, ms.iter_mut()),
+    if heads.traceparent.is_some() {
+        match &mut incoming {
+            Incoming::Single(m) => super::edge::adopt_trace_header(&headers, [m]),
+            Incoming::Batch(ms) => super::edge::adopt_trace_header(&headers, ms.iter_mut()),
+        }
     }
-    match classify(&app, &principal, &headers, incoming) {
+    match classify(&app, &principal, &heads, incoming) {
         Target::Stateless(m) => {
             if let Message::Request(r) = &m {
                 if let Err(e) = super::edge::step_up(&app, &principal, [r]) {
@@ -116,9 +120,12 @@ pub(super) async fn post(app: Arc<App>, principal: Principal, req: HttpRequest) 
             // Boxed, as every branch off the session era's call path: an async fn's
             // future is as large as its largest branch, and the call path's future is
             // allocated and moved on every request.
-            Box::pin(stateless::post(app, principal, &headers, m, accepts)).await
+            Box::pin(stateless::post(
+                app, principal, &headers, &heads, m, accepts,
+            ))
+            .await
         }
-        Target::Initialize(r) => match check_version_header(&headers) {
+        Target::Initialize(r) => match check_version_header(heads.protocol_version) {
             Ok(()) => {
                 if let Some(resp) = super::edge::rate_limit(
                     &app,
@@ -139,7 +146,7 @@ pub(super) async fn post(app: Arc<App>, principal: Principal, req: HttpRequest) 
             Err(e) => e.into_response(),
         },
         Target::Session(session, incoming) => {
-            if let Err(e) = check_version_header(&headers) {
+            if let Err(e) = check_version_header(heads.protocol_version) {
                 return e.into_response();
             }
             let requests: Vec<&crate::jsonrpc::Request> = match &incoming {
@@ -186,16 +193,16 @@ pub(super) async fn post(app: Arc<App>, principal: Principal, req: HttpRequest) 
 
 /// What the client's `Accept` allows (406 if neither JSON nor SSE) and whether it
 /// sent JSON (415).
-fn negotiate(headers: &HeaderMap) -> Result<Accepts, FrontError> {
-    let accepts = Accepts::from(headers);
+fn negotiate(heads: &Heads<'_>, headers: &HeaderMap) -> Result<Accepts, FrontError> {
+    let accepts = Accepts::of(heads, headers);
     if !accepts.json && !accepts.sse {
         return Err(FrontError::NotAcceptable(
             "Client must accept application/json or text/event-stream",
         ));
     }
-    let ctype = headers
-        .get(header::CONTENT_TYPE)
-        .map(|v| v.as_bytes())
+    let ctype = heads
+        .content_type
+        .map(HeaderValue::as_bytes)
         .unwrap_or_default();
     const JSON: &[u8] = b"application/json";
     if !ctype
@@ -230,10 +237,10 @@ enum Target {
 /// a session id on it is ignored unless it names a live session of this caller
 /// (as the era asks of servers). `initialize` on a live session is dispatched like
 /// any request (and refused there as "already initialized").
-fn classify(app: &App, principal: &Principal, headers: &HeaderMap, incoming: Incoming) -> Target {
-    match (lookup(app, principal, headers), incoming) {
+fn classify(app: &App, principal: &Principal, heads: &Heads<'_>, incoming: Incoming) -> Target {
+    match (lookup(app, principal, heads), incoming) {
         (Ok(session), incoming) => Target::Session(session, incoming),
-        (Err(_), Incoming::Single(m)) if stateless::is_stateless(headers, &m) => {
+        (Err(_), Incoming::Single(m)) if stateless::is_stateless(heads.protocol_version, &m) => {
             Target::Stateless(m)
         }
         (Err(_), Incoming::Single(Message::Request(r))) if r.method == "initialize" => {
@@ -683,14 +690,15 @@ pub(super) fn get_stream(
     principal: &Principal,
     headers: &HeaderMap,
 ) -> HttpResponse {
-    if !Accepts::from(headers).sse {
+    let heads = Heads::read(headers);
+    if !Accepts::of(&heads, headers).sse {
         return FrontError::NotAcceptable("Client must accept text/event-stream").into_response();
     }
-    let session = match lookup(&app, principal, headers) {
+    let session = match lookup(&app, principal, &heads) {
         Ok(s) => s,
         Err(e) => return e.into_response(),
     };
-    if let Err(e) = check_version_header(headers) {
+    if let Err(e) = check_version_header(heads.protocol_version) {
         return e.into_response();
     }
     if let Some(last) = headers.get(crate::mcp::header::LAST_EVENT_ID) {
@@ -722,7 +730,7 @@ pub(super) async fn delete(
     principal: &Principal,
     headers: &HeaderMap,
 ) -> HttpResponse {
-    let session = match lookup(&app, principal, headers) {
+    let session = match lookup(&app, principal, &Heads::read(headers)) {
         Ok(s) => s,
         Err(e) => return e.into_response(),
     };

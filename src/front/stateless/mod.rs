@@ -60,9 +60,9 @@ fn input_capable(method: &str) -> Option<&'static str> {
 }
 
 /// Whether a session-less message belongs to the stateless era.
-pub(crate) fn is_stateless(headers: &HeaderMap, m: &Message) -> bool {
-    let header_modern = headers
-        .get(crate::mcp::header::PROTOCOL_VERSION)
+/// `version`: the first `MCP-Protocol-Version` header, if any.
+pub(crate) fn is_stateless(version: Option<&HeaderValue>, m: &Message) -> bool {
+    let header_modern = version
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| !SESSION_VERSIONS.contains(&v.trim()));
     if header_modern {
@@ -138,6 +138,7 @@ pub(crate) async fn post(
     app: Arc<App>,
     principal: Principal,
     headers: &HeaderMap,
+    heads: &super::http::Heads<'_>,
     m: Message,
     accepts: Accepts,
 ) -> HttpResponse {
@@ -161,7 +162,7 @@ pub(crate) async fn post(
             &RpcError::new(code::INVALID_PARAMS, "params must be an object"),
         );
     };
-    let declared = match validate(headers, &method, &params) {
+    let declared = match validate(heads, &method, &params) {
         Ok(d) => d,
         Err(Refusal(status, e)) => {
             tracing::debug!(method = %clip(&method), code = e.code, "stateless request refused");

@@ -2,13 +2,14 @@
 //! version header, `_meta`, header against `_meta`, supported version, `Mcp-Method` /
 //! `Mcp-Name` against the body.
 
+use crate::front::http::Heads;
 use crate::front::stateless::clip;
 use crate::front::stateless::input_capable;
 use crate::front::stateless::Params;
 use crate::jsonrpc::{code, RpcError};
 use crate::mcp::meta::RequestMeta;
 use crate::mcp::{all_versions, STATELESS_VERSIONS};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderValue, StatusCode};
 use serde_json::json;
 
 /// A refusal: HTTP status and JSON-RPC error.
@@ -28,21 +29,20 @@ pub(super) struct Declared {
 /// A header value as the spec compares it (see [`crate::mcp::header::decode`]);
 /// `Err` when it is not valid.
 pub(super) fn header_text(
-    headers: &HeaderMap,
-    name: http::HeaderName,
+    value: Option<&HeaderValue>,
 ) -> Result<Option<std::borrow::Cow<'_, str>>, ()> {
-    match headers.get(name) {
+    match value {
         None => Ok(None),
         Some(v) => crate::mcp::header::decode(v.as_bytes()).map(Some).ok_or(()),
     }
 }
 
 pub(super) fn validate(
-    headers: &HeaderMap,
+    heads: &Heads<'_>,
     method: &str,
     params: &Params<'_>,
 ) -> Result<Declared, Refusal> {
-    let Some(header_version) = headers.get(crate::mcp::header::PROTOCOL_VERSION) else {
+    let Some(header_version) = heads.protocol_version else {
         return Err(bad(
             code::HEADER_MISMATCH,
             "Header mismatch: the MCP-Protocol-Version header is required",
@@ -72,7 +72,7 @@ pub(super) fn validate(
             .with_data(json!({ "supported": all_versions(), "requested": version })),
         ));
     }
-    match header_text(headers, crate::mcp::header::METHOD) {
+    match header_text(heads.method) {
         Ok(Some(m)) if m == method => {}
         Ok(Some(m)) => {
             return Err(bad(
@@ -100,7 +100,7 @@ pub(super) fn validate(
     if let Some(field) = input_capable(method) {
         let body = params.str(field).unwrap_or_default();
         let body = body.as_ref();
-        match header_text(headers, crate::mcp::header::NAME) {
+        match header_text(heads.name) {
             Ok(Some(n)) if n == body => {}
             Ok(Some(n)) => {
                 return Err(bad(
