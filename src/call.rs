@@ -76,7 +76,8 @@ pub struct Capabilities(Arc<str>);
 impl Capabilities {
     /// Capabilities from the text of a JSON object, already checked to be one.
     pub fn of_object_text(text: &str) -> Self {
-        Self(text.trim().into())
+        // JSON text: its whitespace is ASCII.
+        Self(text.trim_ascii().into())
     }
 
     /// Capabilities from a parsed value (`initialize`), written once.

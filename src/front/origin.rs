@@ -22,7 +22,8 @@ fn is_loopback_host(host: &str) -> bool {
 /// The host part of `host[:port]` (with IPv6 brackets), trimmed; compared without
 /// regard to ASCII case, so nothing is allocated for the check on every request.
 fn host_part(hostport: &str) -> &str {
-    let h = hostport.trim();
+    // A header value (visible ASCII): ASCII whitespace is all there is to trim.
+    let h = hostport.trim_ascii();
     if h.starts_with('[') {
         return match h.find(']') {
             Some(i) => h.get(..=i).unwrap_or(h),

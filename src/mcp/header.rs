@@ -62,7 +62,14 @@ pub fn encode(text: &str) -> String {
 /// strictly (padding and alphabet checked, UTF-8 required). `None`: the value holds
 /// control characters or is not valid.
 pub fn decode(raw: &[u8]) -> Option<std::borrow::Cow<'_, str>> {
-    let v = std::str::from_utf8(raw).ok()?.trim_matches([' ', '\t']);
+    let v = std::str::from_utf8(raw).ok()?;
+    // Spaces and tabs are ASCII: the cuts fall on character boundaries, and no
+    // character is decoded to find them.
+    let b = v.as_bytes();
+    let blank = |c: &u8| matches!(c, b' ' | b'\t');
+    let start = b.iter().position(|c| !blank(c)).unwrap_or(b.len());
+    let end = b.iter().rposition(|c| !blank(c)).map_or(start, |i| i + 1);
+    let v = v.get(start..end)?;
     if v.bytes().any(|b| b < 0x20 || b == 0x7f) {
         return None;
     }

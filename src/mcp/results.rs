@@ -137,7 +137,8 @@ pub fn splice_for_stateless(
     server_info: &Raw,
 ) -> bool {
     use crate::jsonrpc::members::{key_is, members, string_value};
-    let text = result.trim();
+    // JSON text: its whitespace is ASCII.
+    let text = result.trim_ascii();
     let (Some(inner), true) = (text.strip_suffix('}'), text.starts_with('{')) else {
         return false;
     };
@@ -188,7 +189,7 @@ pub fn splice_for_stateless(
         }
     }
     let has = |field: u8| named & field != 0;
-    let mut more = !inner[1..].trim().is_empty();
+    let mut more = !inner[1..].trim_ascii_start().is_empty();
     out.reserve(inner.len() + stateless_splice_room(server_info));
     out.push_str(inner);
     let mut add = |out: &mut String, member: &str| {

@@ -64,7 +64,7 @@ fn input_capable(method: &str) -> Option<&'static str> {
 pub(crate) fn is_stateless(version: Option<&HeaderValue>, m: &Message) -> bool {
     let header_modern = version
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| !SESSION_VERSIONS.contains(&v.trim()));
+        .is_some_and(|v| !SESSION_VERSIONS.contains(&v.trim_ascii()));
     if header_modern {
         return true;
     }

@@ -48,7 +48,7 @@ pub(super) fn validate(
             "Header mismatch: the MCP-Protocol-Version header is required",
         ));
     };
-    let header_version = header_version.to_str().unwrap_or_default().trim();
+    let header_version = header_version.to_str().unwrap_or_default().trim_ascii();
     let meta = RequestMeta::read(params.meta.as_ref())
         .map_err(|e| bad(code::INVALID_PARAMS, e.to_string()))?;
     let version = meta.protocol_version.as_ref();
