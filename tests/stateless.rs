@@ -854,35 +854,20 @@ async fn a_lone_answer_comes_as_json_or_as_one_sse_event_for_an_sse_only_client(
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
                       "params": {"name": "echo", "arguments": {"message": message},
                                  "_meta": meta(json!({}))}});
-    let r = c
-        .send(c.builder("tools/call", Some("echo")), body.clone())
-        .await;
-    assert!(
-        r.content_type().starts_with("application/json"),
-        "{}",
-        r.content_type()
-    );
-    assert_eq!(r.messages.len(), 1);
-    let length = r.headers.get("content-length").expect("content-length");
-    assert_eq!(length.to_str().unwrap(), r.raw.len().to_string());
-    assert_eq!(text_of(&the_response(&r, &json!(1))), message);
-
-    let sse_only = c
-        .http
-        .post(&c.url)
-        .header("content-type", "application/json")
-        .header("accept", "text/event-stream")
-        .header("mcp-protocol-version", V)
-        .header("mcp-method", "tools/call")
-        .header("mcp-name", "echo");
-    let r = c.send(sse_only, body).await;
-    assert!(
-        r.content_type().starts_with("text/event-stream"),
-        "{}",
-        r.content_type()
-    );
-    assert_eq!(r.messages.len(), 1);
-    let length = r.headers.get("content-length").expect("content-length");
-    assert_eq!(length.to_str().unwrap(), r.raw.len().to_string());
-    assert_eq!(text_of(&the_response(&r, &json!(1))), message);
+    for (accept, answered_as) in [
+        ("application/json, text/event-stream", "application/json"),
+        ("text/event-stream", "text/event-stream"),
+    ] {
+        let rb = c.builder_accepting(accept, V, "tools/call", Some("echo"));
+        let r = c.send(rb, body.clone()).await;
+        assert!(
+            r.content_type().starts_with(answered_as),
+            "{accept}: {}",
+            r.content_type()
+        );
+        assert_eq!(r.messages.len(), 1, "{accept}");
+        let length = r.headers.get("content-length").expect("content-length");
+        assert_eq!(length.to_str().unwrap(), r.raw.len().to_string());
+        assert_eq!(text_of(&the_response(&r, &json!(1))), message);
+    }
 }

@@ -798,11 +798,22 @@ impl Stateless {
         method: &str,
         name: Option<&str>,
     ) -> reqwest::RequestBuilder {
+        self.builder_accepting("application/json, text/event-stream", version, method, name)
+    }
+
+    /// [`Stateless::builder_for`] with `Accept: accept`.
+    pub(crate) fn builder_accepting(
+        &self,
+        accept: &str,
+        version: &str,
+        method: &str,
+        name: Option<&str>,
+    ) -> reqwest::RequestBuilder {
         let mut rb = self
             .http
             .post(&self.url)
             .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
+            .header("accept", accept)
             .header("mcp-protocol-version", version)
             .header("mcp-method", method);
         if let Some(n) = name {
