@@ -13,8 +13,8 @@ pub(super) fn json_response(body: String) -> HttpResponse {
 }
 
 /// A JSON body with `status`, made directly: axum's `(status, headers, body)` would
-/// first give a `String` body a `text/plain` type, then parse and replace it (about
-/// 600 instructions a response, in a call of 55 k).
+/// first give a `String` body a `text/plain` type, then parse and replace it (a few
+/// hundred instructions a response).
 pub(super) fn json_response_with(status: StatusCode, body: String) -> HttpResponse {
     let mut r = HttpResponse::new(Body::from(body));
     *r.status_mut() = status;
