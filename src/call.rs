@@ -56,16 +56,7 @@ pub struct ClientView {
     pub era: Era,
     /// The caller under `[[auth.rules]]` (`None`: no rules, or Gantry's own request).
     pub access: Option<Arc<crate::auth::policy::Access>>,
-    /// The client's other `io.modelcontextprotocol/` `_meta` keys of this request
-    /// (`clientInfo`, …): a stateless-era backend gets them in its `_meta`; they are
-    /// not in the relayed params, which a session-era backend then takes as they are.
-    /// Each is a key and its value's JSON text as the client wrote it, parsed only
-    /// for a backend that takes it.
-    pub meta: Option<MetaText>,
 }
-
-/// `_meta` keys and their values' JSON text, as a client wrote them.
-pub type MetaText = Arc<[(String, String)]>;
 
 /// The capabilities a client declared: the JSON object's text, kept as the client
 /// wrote it (a stateless-era client sends it with every request), so that relaying
@@ -111,7 +102,6 @@ impl Default for ClientView {
             log_level: None,
             era: Era::Session,
             access: None,
-            meta: None,
         }
     }
 }

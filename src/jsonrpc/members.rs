@@ -241,6 +241,17 @@ impl ObjectWriter {
         out.push_str(value);
     }
 
+    /// Writes a member whose key is JSON text as a checked message wrote it (quotes
+    /// and escapes included), copied without being decoded and quoted again.
+    pub fn written_member(&self, out: &mut String, key: &str, value: &str) {
+        if !self.is_empty(out) {
+            out.push(',');
+        }
+        out.push_str(key);
+        out.push(':');
+        out.push_str(value);
+    }
+
     /// Whether no member has been written yet.
     pub fn is_empty(&self, out: &str) -> bool {
         out.len() <= self.open + 1

@@ -273,6 +273,14 @@ impl Raw {
         }
     }
 
+    /// The members of `value`, an object value of one of this object's members (a
+    /// slice of [`Raw::get`]): as the check that made this `Raw` found them, or
+    /// walked.
+    pub fn members_of<'a>(&'a self, value: &'a str) -> RawMembers<'a> {
+        self.nested_members(value)
+            .unwrap_or_else(|| RawMembers(Inner::Walk(super::members::members(value))))
+    }
+
     /// The members of `value`, the object value of one of this object's members
     /// (a slice of [`Raw::get`]), if the check that made this `Raw` found them
     /// (a request's `_meta`, see [`Raw::params_of`]).

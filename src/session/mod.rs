@@ -150,7 +150,6 @@ impl Session {
             log_level: self.route().map(SessionRoute::log_level),
             era: crate::mcp::Era::Session,
             access: None,
-            meta: None,
         }
     }
 

@@ -20,117 +20,130 @@ const MAX_INPUT_ROUNDS: usize = 16;
 
 /// Params for a session-era backend: nothing of the stateless era (its `_meta` keys,
 /// `inputResponses`, `requestState`). Params without them pass through untouched;
-/// others are written again around their own text (only the top level and `_meta`
-/// are read, a tool's arguments are copied as written).
+/// others are written again around their own text in one pass over their members
+/// (only the top level and `_meta` are read, a tool's arguments are copied as
+/// written; a key named twice is written twice, and its reader keeps the last).
 pub(super) fn for_session_era(params: Option<Raw>) -> Option<Raw> {
-    use crate::jsonrpc::members::{Object, ObjectWriter};
+    use crate::jsonrpc::members::{string_value, ObjectWriter};
     let raw = params?;
     let needles = [
         crate::needle!(META_PREFIX),
         crate::needle!("inputResponses"),
         crate::needle!("requestState"),
     ];
-    if crate::jsonrpc::surely_lacks(raw.get(), &needles) {
+    if crate::jsonrpc::surely_lacks(raw.get(), &needles) || !raw.get().starts_with('{') {
         return Some(raw);
     }
-    let written = {
-        let Some((top, meta)) = Object::of_raw_with(&raw, "_meta") else {
+    let mut out = String::with_capacity(raw.get().len());
+    let mut dropped = false;
+    let o = ObjectWriter::begin(&mut out);
+    for (k, v) in raw.members() {
+        let Some(key) = string_value(k) else {
             return Some(raw);
         };
-        let protocol = |k: &str| k.starts_with(META_PREFIX);
-        let stateless = |k: &str| matches!(k, "inputResponses" | "requestState");
-        if !top.iter().any(|(k, _)| stateless(k))
-            && !meta
-                .as_ref()
-                .is_some_and(|m| m.iter().any(|(k, _)| protocol(k)))
-        {
-            return Some(raw);
-        }
-        let mut out = String::with_capacity(raw.get().len());
-        let o = ObjectWriter::begin(&mut out);
-        for (k, v) in top.iter() {
-            match (k, &meta) {
-                (k, _) if stateless(k) => {}
-                ("_meta", Some(meta)) => crate::mcp::meta::write_own_meta(&o, &mut out, meta),
-                // Not an object: left as it was written.
-                _ => o.member(&mut out, k, v),
+        match &*key {
+            "inputResponses" | "requestState" => dropped = true,
+            "_meta" if v.starts_with('{') => {
+                // Written, then taken back if none of its keys is the client's own.
+                let mark = out.len();
+                o.written_member(&mut out, k, "");
+                let m = ObjectWriter::begin(&mut out);
+                for (mk, mv) in raw.members_of(v) {
+                    match string_value(mk) {
+                        Some(name) if name.starts_with(META_PREFIX) => dropped = true,
+                        _ => m.written_member(&mut out, mk, mv),
+                    }
+                }
+                if m.is_empty(&out) {
+                    out.truncate(mark);
+                } else {
+                    m.end(&mut out);
+                }
             }
+            _ => o.written_member(&mut out, k, v),
         }
-        o.end(&mut out);
-        out
-    };
-    Some(Raw::written(written))
+    }
+    o.end(&mut out);
+    if !dropped {
+        return Some(raw);
+    }
+    Some(Raw::written(out))
 }
 
 /// Params for a stateless-era backend: `_meta` says which version, and what the
-/// client can do and wants to hear. Written around the params' own text: only the
-/// top level and `_meta` are read, the rest (a tool's arguments) is copied as
-/// written. Params that are not an object count as none. Also returns what names
-/// the request's subject (`Mcp-Name`: a tool's name, a resource's URI), if any.
+/// client can do and wants to hear. Written around the params' own text in one pass
+/// over their members: only the top level and `_meta` are read, the rest (a tool's
+/// arguments) is copied as written, and a key named twice is written twice (its
+/// reader keeps the last). Params that are not an object count as none. Also
+/// returns what names the request's subject (`Mcp-Name`: a tool's name, a
+/// resource's URI), if any.
 ///
 /// The text is valid JSON by construction ([`super::core::OutParams::Written`]):
-/// every value is copied from the checked params or the client's checked `_meta`
-/// texts, or written by serde; every key is quoted by `push_json_string`.
+/// every key and value is copied from the checked params or the client's checked
+/// capabilities, or written by serde or `push_json_string`.
 pub(super) fn for_stateless_era(
     method: &str,
     params: Option<&Raw>,
     client: &crate::call::ClientView,
 ) -> (String, Option<String>) {
-    use crate::jsonrpc::members::{Object, ObjectWriter};
-    let text = params.map_or("{}", Raw::get);
-    let (top, meta) = params
-        .and_then(|p| Object::of_raw_with(p, "_meta"))
-        .unwrap_or_default();
+    use crate::jsonrpc::members::{string_value, ObjectWriter};
+    let text = params.map_or("", Raw::get);
     let mut out = String::with_capacity(text.len() + 256);
     let o = ObjectWriter::begin(&mut out);
-    for (k, v) in top.iter() {
-        match (k, &meta) {
-            ("_meta", Some(meta)) => {
-                o.key(&mut out, k);
-                write_stateless_meta(&mut out, meta, client);
+    let name_field = crate::mcp::header::name_field(method);
+    let mut named = None;
+    let mut has_meta = false;
+    if let Some(raw) = params.filter(|p| p.get().starts_with('{')) {
+        for (k, v) in raw.members() {
+            let key = string_value(k);
+            match key.as_deref() {
+                Some("_meta") if v.starts_with('{') => {
+                    has_meta = true;
+                    o.written_member(&mut out, k, "");
+                    write_stateless_meta(&mut out, raw.members_of(v), client);
+                }
+                // Not an object: left as it was written.
+                Some("_meta") => {
+                    has_meta = true;
+                    o.written_member(&mut out, k, v);
+                }
+                Some(f) if Some(f) == name_field => {
+                    named = string_value(v).map(std::borrow::Cow::into_owned);
+                    o.written_member(&mut out, k, v);
+                }
+                _ => o.written_member(&mut out, k, v),
             }
-            // Not an object: left as it was written.
-            _ => o.member(&mut out, k, v),
         }
     }
-    if top.get("_meta").is_none() {
+    if !has_meta {
         o.key(&mut out, "_meta");
-        write_stateless_meta(&mut out, &Object::default(), client);
+        write_stateless_meta(&mut out, std::iter::empty(), client);
     }
     o.end(&mut out);
-    let named = crate::mcp::header::name_field(method)
-        .and_then(|f| top.str(f))
-        .map(std::borrow::Cow::into_owned);
     (out, named)
 }
 
-/// The `_meta` object of a request to a stateless-era backend: the client's own
-/// keys, then the protocol's (which replace any the params had).
-fn write_stateless_meta(
+/// The `_meta` object of a request to a stateless-era backend: the params' own keys
+/// (a stateless-era client's `io.modelcontextprotocol/clientInfo` among them), then
+/// those Gantry states itself from the request's view of the client, which replace
+/// the params' copies.
+fn write_stateless_meta<'a>(
     out: &mut String,
-    meta: &crate::jsonrpc::members::Object<'_>,
+    meta: impl Iterator<Item = (&'a str, &'a str)>,
     client: &crate::call::ClientView,
 ) {
+    use crate::jsonrpc::members::string_value;
     use crate::mcp::{META_CLIENT_CAPABILITIES, META_LOG_LEVEL, META_PROTOCOL_VERSION};
-    let restated = |k: &str| {
-        [
-            META_PROTOCOL_VERSION,
-            META_CLIENT_CAPABILITIES,
-            META_LOG_LEVEL,
-        ]
-        .contains(&k)
-            || client
-                .meta
-                .iter()
-                .flat_map(|m| m.iter())
-                .any(|(m, _)| m == k)
-    };
+    let restated = [
+        META_PROTOCOL_VERSION,
+        META_CLIENT_CAPABILITIES,
+        META_LOG_LEVEL,
+    ];
     let o = crate::jsonrpc::members::ObjectWriter::begin(out);
-    for (k, v) in meta.iter().filter(|(k, _)| !restated(k)) {
-        o.member(out, k, v);
-    }
-    for (k, v) in client.meta.iter().flat_map(|m| m.iter()) {
-        o.member(out, k, v);
+    for (k, v) in meta {
+        if !string_value(k).is_some_and(|k| restated.contains(&&*k)) {
+            o.written_member(out, k, v);
+        }
     }
     o.key(out, META_PROTOCOL_VERSION);
     crate::jsonrpc::push_json_string(out, STATELESS_VERSION);
@@ -391,18 +404,16 @@ mod tests {
     #[test]
     fn stateless_era_params_carry_the_clients_meta_and_the_arguments_as_written() {
         let args = r#"{ "b": 1.50, "a" : [1,2] }"#;
-        let params =
-            format!(r#"{{"name":"echo","arguments":{args},"_meta":{{"progressToken":7}}}}"#);
-        let meta = [(
-            "io.modelcontextprotocol/clientInfo".to_owned(),
-            r#"{"name":"c"}"#.to_owned(),
-        )];
+        // A stateless-era client's params: its own version and capabilities are
+        // restated from the request's view of the client, its other keys kept.
+        let params = format!(
+            r#"{{"name":"echo","arguments":{args},"_meta":{{"progressToken":7,"io.modelcontextprotocol/clientInfo":{{"name":"c"}},"io.modelcontextprotocol/protocolVersion":"2025-11-25","io.modelcontextprotocol/clientCapabilities":{{}}}}}}"#
+        );
         let client = crate::call::ClientView {
             capabilities: Some(crate::call::Capabilities::of_value(
                 &serde_json::json!({"roots": {}}),
             )),
             log_level: Some("info"),
-            meta: Some(meta.into()),
             ..Default::default()
         };
         let (out, named) = for_stateless_era("tools/call", raw(&params).as_ref(), &client);
@@ -500,8 +511,6 @@ mod props {
                     .prop_map(|m| Value::Object(m.into_iter().collect())),
             ),
             level in prop::option::of(prop::sample::select(vec!["debug", "error"])),
-            // Keys once each, as the front reads them from a request.
-            view_meta in prop::collection::btree_map("io\\.modelcontextprotocol/[a-z\"]{1,4}", value(), 0..3),
         ) {
             let mut top = texts(top);
             if let Some(meta) = meta {
@@ -512,13 +521,6 @@ mod props {
             let client = crate::call::ClientView {
                 capabilities: caps.as_ref().map(crate::call::Capabilities::of_value),
                 log_level: level,
-                meta: Some(
-                    view_meta
-                        .iter()
-                        .map(|(k, v)| (k.clone(), v.to_string()))
-                        .collect::<Vec<_>>()
-                        .into(),
-                ),
                 ..Default::default()
             };
             let (out, _) = for_stateless_era("tools/call", Some(&raw), &client);
@@ -545,8 +547,15 @@ mod props {
             prop_assert_eq!(&m[META_CLIENT_CAPABILITIES], &caps);
             let level = level.map(Value::from);
             prop_assert_eq!(m.get(META_LOG_LEVEL), level.as_ref());
-            for (k, v) in &view_meta {
-                prop_assert_eq!(m.get(k), Some(&reparsed(v)));
+            // The params' other `_meta` keys are kept (the last of a key named twice,
+            // as a reader takes it).
+            let restated = [META_PROTOCOL_VERSION, META_CLIENT_CAPABILITIES, META_LOG_LEVEL];
+            if let Some(Value::Object(sent_meta)) = sent.get("_meta") {
+                for (k, v) in sent_meta.iter().filter(|(k, _)| !restated.contains(&k.as_str())) {
+                    prop_assert_eq!(m.get(k), Some(v));
+                }
+                let kept = sent_meta.keys().filter(|k| !restated.contains(&k.as_str())).count();
+                prop_assert_eq!(m.len(), kept + 2 + usize::from(level.is_some()));
             }
         }
     }

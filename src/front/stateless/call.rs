@@ -15,7 +15,7 @@ use crate::front::stateless::cache_scope;
 use crate::front::stateless::json_body;
 use crate::front::stateless::server_info;
 use crate::front::stateless::validate::Declared;
-use crate::front::stateless::{relayed, server_info_raw, Params};
+use crate::front::stateless::{server_info_raw, with_request_state, Params};
 use crate::jsonrpc::Raw;
 use crate::jsonrpc::{code, to_raw, Notification, Request, RequestId, Response, RpcError};
 use crate::mcp::META_SERVER_INFO;
@@ -205,9 +205,10 @@ pub(super) async fn call(
         method,
         name: params.str(field).unwrap_or_default().into_owned(),
     });
-    // `inputResponses` and `requestState` travel on: a stateless-era backend needs
-    // them, and they are removed for session-era ones. The protocol's `_meta` keys
-    // go beside the params (`ClientView`), for a stateless-era backend only.
+    // The params travel on as the client wrote them, with `inputResponses`,
+    // `requestState` and the protocol's `_meta` keys: a stateless-era backend's
+    // connection restates the keys it owns (`bridge::for_stateless_era`), a
+    // session-era backend's takes out all of them (`bridge::for_session_era`).
     let mut foreign = None;
     if let (Some(state), Some(binding)) = (params.str("requestState"), &binding) {
         if state.starts_with("g2.") {
@@ -237,7 +238,10 @@ pub(super) async fn call(
             .await;
         }
     }
-    let (relayed, meta) = relayed(params, foreign.as_deref());
+    let relayed = match foreign.as_deref() {
+        None => params.raw.cloned(),
+        Some(state) => Some(with_request_state(params, state)),
+    };
     let session = internal.session.clone();
     let capabilities = declared.capabilities;
     let client = crate::call::ClientView {
@@ -247,7 +251,6 @@ pub(super) async fn call(
             .and_then(|r| crate::router::LOG_LEVELS.get(usize::from(r)).copied()),
         era: crate::mcp::Era::Stateless,
         access: app.access(&principal),
-        meta,
     };
     // The tool a call names (limits and metrics), read here from the client's
     // params rather than again from those relayed.

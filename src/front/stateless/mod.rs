@@ -87,6 +87,8 @@ pub(crate) fn is_stateless(version: Option<&HeaderValue>, m: &Message) -> bool {
 /// tool's `arguments`, the bulk of a large call, are relayed as the client wrote
 /// them.
 pub(super) struct Params<'a> {
+    /// The params as the client sent them (indexed by the message's check).
+    pub(super) raw: Option<&'a Raw>,
     pub(super) top: Object<'a>,
     /// `_meta`, if it is an object.
     pub(super) meta: Option<Object<'a>>,
@@ -99,7 +101,7 @@ impl<'a> Params<'a> {
             Some(raw) => Object::of_raw_with(raw, "_meta")?,
             None => (Object::default(), None),
         };
-        Some(Params { top, meta })
+        Some(Params { raw, top, meta })
     }
 
     /// The string value of a top-level field.
@@ -256,58 +258,28 @@ pub(super) fn server_info_raw() -> &'static Raw {
     RAW.get_or_init(|| to_raw(&server_info()))
 }
 
-/// The `_meta` keys Gantry writes itself for a stateless-era backend, from what the
-/// request declared (the version it speaks to the backend, the client's capabilities
-/// and log level): the client's own copies do not travel.
-const RESTATED_META: [&str; 3] = [
-    crate::mcp::META_PROTOCOL_VERSION,
-    crate::mcp::META_CLIENT_CAPABILITIES,
-    crate::mcp::META_LOG_LEVEL,
-];
-
-/// The params of a request as relayed to a backend, written around the client's
-/// own text (a tool's arguments are not parsed): without the protocol's own
-/// `_meta` keys (`io.modelcontextprotocol/…`), and with `state` as `requestState`
-/// when given. Those protocol keys a backend connection does not restate are
-/// returned, for [`crate::call::ClientView::meta`]; the client's other `_meta` keys
-/// stay.
-pub(super) fn relayed(
-    params: &Params<'_>,
-    state: Option<&str>,
-) -> (Option<Raw>, Option<crate::call::MetaText>) {
+/// The params of a retry to a stateless-era backend, written around the client's own
+/// text (a tool's arguments are not parsed), with the backend's own `state`, unwrapped
+/// from what the client brought back, as `requestState`.
+pub(super) fn with_request_state(params: &Params<'_>, state: &str) -> Raw {
     let mut out = String::with_capacity(
         params
             .top
             .iter()
             .map(|(k, v)| k.len() + v.len() + 4)
             .sum::<usize>()
+            + state.len()
             + 2,
     );
-    let mut modern = Vec::new();
     let o = ObjectWriter::begin(&mut out);
     for (k, v) in params.top.iter() {
-        match (k, &params.meta, state) {
-            ("_meta", Some(meta), _) => {
-                crate::mcp::meta::write_own_meta(&o, &mut out, meta);
-                modern.extend(
-                    meta.iter()
-                        .filter(|(k, _)| k.starts_with(META_PREFIX) && !RESTATED_META.contains(k))
-                        .map(|(k, v)| (k.to_owned(), v.to_owned())),
-                );
-            }
-            // Not an object: refused before (validation), never relayed.
-            ("_meta", None, _) => {}
-            ("requestState", _, Some(state)) => {
-                o.member(&mut out, k, &crate::jsonrpc::json_string(state));
-            }
+        match k {
+            "requestState" => o.member(&mut out, k, &crate::jsonrpc::json_string(state)),
             _ => o.member(&mut out, k, v),
         }
     }
     o.end(&mut out);
-    (
-        Some(Raw::written(out)),
-        (!modern.is_empty()).then(|| modern.into()),
-    )
+    Raw::written(out)
 }
 
 /// `cacheScope` of Gantry's answers: `private` as soon as callers are told apart

@@ -159,7 +159,6 @@ pub(super) async fn own_request(
             log_level: None,
             era: crate::mcp::Era::Stateless,
             access: None,
-            meta: None,
         },
         timeout: None,
         trace: None,
