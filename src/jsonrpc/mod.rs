@@ -241,7 +241,10 @@ impl Message {
                 ));
             }
         }
-        let params = env.params.map(|p| Raw::params_of(source, p, shape));
+        let (params, shape) = match env.params {
+            Some(p) => (Some(Raw::params_of(source, p, shape)), None),
+            None => (None, Some(shape)),
+        };
         match (env.method, env.result, env.error) {
             (Some(method), None, None) => match id {
                 Some(id) => Ok(Message::Request(Request {
@@ -256,7 +259,10 @@ impl Message {
             },
             (None, Some(result), None) => Ok(Message::Response(Response {
                 id,
-                outcome: Ok(source.raw(result)),
+                outcome: Ok(match shape {
+                    Some(shape) => Raw::params_of(source, result, shape),
+                    None => source.raw(result),
+                }),
             })),
             (None, None, Some(error)) => {
                 if !error.starts_with('{') {
@@ -346,12 +352,25 @@ impl Incoming {
     /// [`Incoming::parse`] of a whole buffer: its params, results and errors are
     /// slices of `bytes` (when large), not copies.
     pub fn parse_shared(bytes: bytes::Bytes) -> Result<Self, ParseError> {
+        Self::parse_shared_as(bytes, raw::ParamsShape::default())
+    }
+
+    /// [`Incoming::parse_shared`] that also keeps where a response's `result`
+    /// members are (and its `_meta`'s), for a reader of them: a stateless-era
+    /// backend's results are shaped for each client's era.
+    pub fn parse_shared_with_result(bytes: bytes::Bytes) -> Result<Self, ParseError> {
+        Self::parse_shared_as(bytes, raw::ParamsShape::with_result())
+    }
+
+    fn parse_shared_as(
+        bytes: bytes::Bytes,
+        mut shape: raw::ParamsShape,
+    ) -> Result<Self, ParseError> {
         let buf = match bytestring::ByteString::try_from(bytes.clone()) {
             Ok(buf) => buf,
             Err(_) => return Err(not_json(&bytes)),
         };
         let mut top = Vec::with_capacity(8);
-        let mut shape = raw::ParamsShape::default();
         let text =
             raw::check_text(&buf, &mut top, Some(&mut shape)).map_err(|_| not_json(&bytes))?;
         Self::of_checked(raw::Source::shared(&buf).narrowed(text), top, shape)

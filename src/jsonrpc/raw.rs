@@ -200,8 +200,9 @@ impl Raw {
         }
     }
 
-    /// A message's `params` (`text`, a slice of the checked `message`), with what
-    /// [`check_message`] found of its members and its `_meta`'s.
+    /// A message's `params` (or a response's `result`, see
+    /// [`ParamsShape::with_result`]) (`text`, a slice of the checked `message`), with
+    /// what [`check_message`] found of its members and its `_meta`'s.
     pub(crate) fn params_of(message: Source<'_>, text: &str, shape: ParamsShape) -> Self {
         let raw = message.raw(text);
         let origin = (text.as_ptr() as usize).wrapping_sub(message.text.as_ptr() as usize);
@@ -396,10 +397,13 @@ type Span = std::ops::Range<usize>;
 
 /// What [`check_message`] found of a message's `params`: the members of `params` if
 /// it is an object, and those of its `_meta` if that is one, with where each opens.
+/// With [`ParamsShape::with_result`], a response's `result` is kept the same way.
 #[derive(Default)]
 pub struct ParamsShape {
     params: Level,
     meta: Level,
+    /// Whether `result` is kept as `params` is.
+    result: bool,
 }
 
 /// One object of a [`ParamsShape`].
@@ -421,6 +425,16 @@ impl Level {
 }
 
 impl ParamsShape {
+    /// A shape that also keeps a response's `result` and its `_meta` (read by a
+    /// stateless-era backend's connection and by the stateless front, which shape
+    /// every result it answers for the era).
+    pub fn with_result() -> Self {
+        Self {
+            result: true,
+            ..Self::default()
+        }
+    }
+
     /// The object opening at `at` is the value of `params` (depth 1) or of its
     /// `_meta` (depth 2); a repeat replaces what the one before had.
     fn begin(&mut self, depth: usize, at: usize) {
@@ -456,8 +470,18 @@ impl ParamsShape {
 }
 
 /// The keys (as written, unescaped) of the objects a [`ParamsShape`] holds, from
-/// the message down.
+/// the message down (`result` in place of `params` when it keeps results).
 const SHAPE_PATH: [&[u8]; 2] = [b"\"params\"", b"\"_meta\""];
+
+/// Whether the member `key` (as written) of an object `depth` containers deep is
+/// on the path a [`ParamsShape`] keeps.
+fn on_shape_path(key: Option<&[u8]>, depth: usize, result: bool) -> bool {
+    match (depth, key) {
+        (1, Some(b"\"result\"")) => result,
+        (_, Some(k)) => SHAPE_PATH.get(depth.wrapping_sub(1)) == Some(&k),
+        (_, None) => false,
+    }
+}
 
 /// The JSON grammar over `text`, iteratively: nesting costs a bit of stack per
 /// level, bounded by the text's length. A top-level object's members go into
@@ -468,6 +492,7 @@ fn structure<'a>(
     mut shape: Option<&mut ParamsShape>,
 ) -> Result<Span, usize> {
     let b = text.as_bytes();
+    let result = shape.as_ref().is_some_and(|s| s.result);
     let mut open = Open::default();
     let start = skip_ws(b, 0);
     let top_object = b.get(start) == Some(&b'{');
@@ -486,10 +511,9 @@ fn structure<'a>(
                 let depth = open.len();
                 // The value of the member down the path in an object kept.
                 let on_path = depth == kept
-                    && SHAPE_PATH
+                    && member
                         .get(depth.wrapping_sub(1))
-                        .zip(member.get(depth.wrapping_sub(1)))
-                        .is_some_and(|(name, (key, _))| b.get(key.clone()) == Some(*name));
+                        .is_some_and(|(key, _)| on_shape_path(b.get(key.clone()), depth, result));
                 let shape_here = shape.as_deref_mut().filter(|_| on_path);
                 if let Some(shape) = shape_here {
                     shape.begin(depth, at);

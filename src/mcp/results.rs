@@ -131,14 +131,13 @@ pub fn stateless_splice_room(server_info: &Raw) -> usize {
 /// `serverInfo` added to its `_meta`, names a field twice, or is no object.
 pub fn splice_for_stateless(
     out: &mut String,
-    result: &str,
+    result: &Raw,
     method: &str,
     private: bool,
     server_info: &Raw,
 ) -> bool {
-    use crate::jsonrpc::members::{key_is, members, string_value};
-    // JSON text: its whitespace is ASCII.
-    let text = result.trim_ascii();
+    use crate::jsonrpc::members::{key_is, string_value};
+    let text = result.get();
     let (Some(inner), true) = (text.strip_suffix('}'), text.starts_with('{')) else {
         return false;
     };
@@ -157,7 +156,8 @@ pub fn splice_for_stateless(
     ];
     // Top-level members only: the content beside them is not searched.
     if !crate::jsonrpc::surely_lacks(text, &needles) {
-        for (k, v) in members(text) {
+        // Where the check kept them (a stateless-era backend's result), or walked.
+        for (k, v) in result.members() {
             let Some(key) = string_value(k) else {
                 return false;
             };
@@ -169,8 +169,10 @@ pub fn splice_for_stateless(
                     RESULT_TYPE
                 }
                 "_meta" => {
-                    let names_itself =
-                        v.starts_with('{') && members(v).any(|(k, _)| key_is(k, META_SERVER_INFO));
+                    let names_itself = v.starts_with('{')
+                        && result
+                            .members_of(v)
+                            .any(|(k, _)| key_is(k, META_SERVER_INFO));
                     if !names_itself {
                         return false;
                     }
@@ -385,8 +387,9 @@ mod tests {
             ),
         ] {
             let mut out = String::new();
+            let raw = Raw::from_string(text.to_owned()).unwrap();
             assert!(
-                splice_for_stateless(&mut out, text, method, private, &info),
+                splice_for_stateless(&mut out, &raw, method, private, &info),
                 "{text}"
             );
             let spliced: Value = serde_json::from_str(&out).unwrap();
@@ -412,8 +415,9 @@ mod tests {
             (r#""text""#, false),
         ] {
             let mut out = String::new();
+            let raw = Raw::from_string(text.to_owned()).unwrap();
             assert!(
-                !splice_for_stateless(&mut out, text, "tools/list", private, &info),
+                !splice_for_stateless(&mut out, &raw, "tools/list", private, &info),
                 "{text}"
             );
             assert!(out.is_empty());
@@ -483,7 +487,21 @@ mod props {
             let info = crate::jsonrpc::to_raw(&json!({"name": "gantry"}));
             let room = text.len() + stateless_splice_room(&info);
             let mut spliced = String::with_capacity(room);
-            if splice_for_stateless(&mut spliced, &text, method, private, &info) {
+            // The result alone (its members walked), and as a stateless-era backend's
+            // answer (its members and its `_meta`'s kept by the message's check).
+            let alone = Raw::from_string(text.clone()).unwrap();
+            let message = format!(r#"{{"jsonrpc":"2.0","id":1,"result":{text}}}"#);
+            let Ok(crate::jsonrpc::Incoming::Single(crate::jsonrpc::Message::Response(
+                crate::jsonrpc::Response { outcome: Ok(answered), .. },
+            ))) = crate::jsonrpc::Incoming::parse_shared_with_result(message.into()) else {
+                return Err(TestCaseError::fail("not a response"));
+            };
+            let mut from_answer = String::new();
+            let spliced_answer =
+                splice_for_stateless(&mut from_answer, &answered, method, private, &info);
+            if splice_for_stateless(&mut spliced, &alone, method, private, &info) {
+                prop_assert!(spliced_answer);
+                prop_assert_eq!(&from_answer, &spliced);
                 // Sized once: the room the caller was told of was enough.
                 prop_assert_eq!(spliced.capacity(), room);
                 let mut shaped = String::new();
@@ -492,6 +510,7 @@ mod props {
                 let b: Value = serde_json::from_str(&shaped).unwrap();
                 prop_assert_eq!(a, b, "{}", text);
             } else {
+                prop_assert!(!spliced_answer);
                 prop_assert!(spliced.is_empty());
             }
         }

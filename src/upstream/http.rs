@@ -367,7 +367,15 @@ impl Session {
 
     fn relay(&self, body: Bytes, related: Option<u64>) {
         self.core.stats.bytes(true, body.len());
-        match Incoming::parse_shared(body) {
+        // A stateless-era backend's results are shaped for the client's era
+        // (`splice_for_stateless`, `for_session_client`): where their members are
+        // is kept as they are checked. A session-era backend's are relayed unread.
+        let parsed = if self.stateless.load(std::sync::atomic::Ordering::Relaxed) {
+            Incoming::parse_shared_with_result(body)
+        } else {
+            Incoming::parse_shared(body)
+        };
+        match parsed {
             Ok(Incoming::Single(m)) => self.core.incoming(self.gen, m, related),
             Ok(Incoming::Batch(ms)) => {
                 for m in ms {

@@ -527,7 +527,7 @@ pub(super) fn final_message(
             out.push_str(",\"result\":");
             if crate::mcp::results::splice_for_stateless(
                 &mut out,
-                result.get(),
+                &result,
                 method,
                 private,
                 server_info_raw(),
