@@ -91,10 +91,9 @@ impl<'a> Object<'a> {
             let k = string_value(k)?;
             if k == key {
                 // As `read_at`: the last one counts, and only if it is an object.
-                inner = match (v.starts_with('{'), raw.nested_members(v)) {
-                    (false, _) => None,
-                    (true, Some(found)) => Some(Self::of_members(found)?),
-                    (true, None) => Some(Self::parse(v)?),
+                inner = match v.starts_with('{') {
+                    true => Some(Self::of_members(raw.members_of(v))?),
+                    false => None,
                 };
             }
             o.insert(k, v);

@@ -4,7 +4,7 @@
 
 use super::methods::level_rank;
 use super::{META_CLIENT_CAPABILITIES, META_CLIENT_INFO, META_LOG_LEVEL, META_PROTOCOL_VERSION};
-use crate::jsonrpc::members::{string_value, Object, ObjectWriter};
+use crate::jsonrpc::members::{string_value, Object};
 use std::borrow::Cow;
 
 /// The protocol's own `_meta` fields of a stateless-era request, as written (read
@@ -20,25 +20,6 @@ pub struct RequestMeta<'a> {
     /// `io.modelcontextprotocol/logLevel`, if sent: still to be checked with
     /// [`RequestMeta::log_rank`] (validation order puts it last).
     log_level: Option<&'a str>,
-}
-
-/// Writes member `_meta` of the object `o` with the client's own keys of `meta` only
-/// (none of the protocol's `io.modelcontextprotocol/…`), each value as written;
-/// nothing at all when none is left.
-pub fn write_own_meta(o: &ObjectWriter, out: &mut String, meta: &Object<'_>) {
-    let mut own = meta
-        .iter()
-        .filter(|(k, _)| !k.starts_with(super::META_PREFIX))
-        .peekable();
-    if own.peek().is_none() {
-        return;
-    }
-    o.key(out, "_meta");
-    let m = ObjectWriter::begin(out);
-    for (k, v) in own {
-        m.member(out, k, v);
-    }
-    m.end(out);
 }
 
 /// Why a request's `_meta` is not what the era requires.
