@@ -953,14 +953,14 @@ async fn session_loop(ctx: Arc<Ctx>, index: usize, end: Instant) {
             Kind::Cancel => cancelled(c, seq, Duration::from_millis(rng.range(0, 150))).await,
             Kind::Drop => {
                 let ms = rng.range(200, 1500);
-                let when = if rng.bits() % 2 == 0 {
+                let when = if rng.bits().is_multiple_of(2) {
                     Abandon::BeforeHead(Duration::from_millis(rng.range(2, 20)))
                 } else {
                     Abandon::AfterHead(Duration::from_millis(rng.range(0, 100)))
                 };
                 dropped(c, seq, ms, when).await
             }
-            Kind::Error => failing(c, seq, rng.bits() % 2 == 0).await,
+            Kind::Error => failing(c, seq, rng.bits().is_multiple_of(2)).await,
             Kind::Session => Ok(()),
         };
         match r {

@@ -165,7 +165,9 @@ impl SqliteStore {
 
     /// Every 256th write also removes expired entries.
     fn purge_due(&self) -> bool {
-        self.writes.fetch_add(1, Ordering::Relaxed) % 256 == 0
+        self.writes
+            .fetch_add(1, Ordering::Relaxed)
+            .is_multiple_of(256)
     }
 }
 
