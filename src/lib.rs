@@ -32,6 +32,16 @@ pub type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomS
 /// The set of [`FastMap`].
 pub type FastSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
 
+/// A future on the heap, built there: `make` writes it into a slot allocated first.
+/// `Box::pin(make())` builds it on the stack and copies all of it, however little of
+/// it is set before its first poll; a call path's futures are kilobytes, allocated
+/// per request.
+#[inline(always)]
+pub(crate) fn boxed_in_place<F>(make: impl FnOnce() -> F) -> std::pin::Pin<Box<F>> {
+    let slot = Box::new_uninit();
+    Box::into_pin(Box::write(slot, make()))
+}
+
 /// `0.1.0 (commit 1a2b3c4d5e6f, 2026-12-01)`: the version, and the commit it was built
 /// from with that commit's date (see build.rs).
 pub const VERSION: &str = concat!(

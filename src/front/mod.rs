@@ -368,7 +368,7 @@ impl tower::Service<axum::extract::Request> for Surface {
         if req.uri().path() == self.app.cfg.server.path {
             let app = self.app.clone();
             let head = req.method() == axum::http::Method::HEAD;
-            futures::future::Either::Left(Box::pin(async move {
+            futures::future::Either::Left(crate::boxed_in_place(|| async move {
                 Ok(as_routed(mcp(State(app), req).await, head))
             }))
         } else {

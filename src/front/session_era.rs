@@ -120,10 +120,8 @@ pub(super) async fn post(app: Arc<App>, principal: Principal, req: HttpRequest) 
             // Boxed, as every branch off the session era's call path: an async fn's
             // future is as large as its largest branch, and the call path's future is
             // allocated and moved on every request.
-            Box::pin(stateless::post(
-                app, principal, &headers, &heads, m, accepts,
-            ))
-            .await
+            crate::boxed_in_place(|| stateless::post(app, principal, &headers, &heads, m, accepts))
+                .await
         }
         Target::Initialize(r) => match check_version_header(heads.protocol_version) {
             Ok(()) => {
@@ -512,8 +510,9 @@ pub(super) async fn single(
     };
     if req.method == "ping" || !accepts.sse {
         // Answered as one JSON object; nested traffic (if any) uses the GET stream.
+        // Boxed: inline, the call path's future would be part of every POST's.
         let sink = session.standalone_sink();
-        return match run_call(&app, &session, req, sink).await {
+        return match Box::pin(run_call(&app, &session, req, sink)).await {
             Some(r) => json_response_of(r),
             None => StatusCode::ACCEPTED.into_response(),
         };
@@ -525,12 +524,9 @@ pub(super) async fn single(
     // Dropping the handler (the client went away) also moves it: a disconnect is not
     // a cancellation.
     let mut call = InlineCall {
-        run: Some(Box::pin(call_answer(
-            app.clone(),
-            session.clone(),
-            req,
-            stream.clone(),
-        ))),
+        run: Some(crate::boxed_in_place(|| {
+            call_answer(app.clone(), session.clone(), req, stream.clone())
+        })),
         stream: stream.clone(),
     };
     let answered = match call.run.as_mut() {
@@ -620,6 +616,8 @@ impl Drop for InlineCall {
 
 /// A call whose traffic before its response goes into `stream`; its response is
 /// returned. Registered for cancellation at once, before it is first polled.
+/// Inlined, so that the future is built where it is boxed.
+#[inline(always)]
 fn call_answer(
     app: Arc<App>,
     session: Arc<Session>,

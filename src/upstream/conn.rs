@@ -131,15 +131,17 @@ impl Conn {
         };
         let trace_headers = w3c.map(|w| w.headers()).unwrap_or_default();
         let r = if info.is_stateless() {
-            Box::pin(super::bridge::call_stateless(
-                &self.core,
-                gen,
-                method,
-                params,
-                ctx,
-                deadline,
-                trace_headers,
-            ))
+            crate::boxed_in_place(|| {
+                super::bridge::call_stateless(
+                    &self.core,
+                    gen,
+                    method,
+                    params,
+                    ctx,
+                    deadline,
+                    trace_headers,
+                )
+            })
             .await
         } else {
             self.core

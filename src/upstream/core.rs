@@ -485,8 +485,8 @@ impl Core {
             headers,
         };
         let mut posted = session.is_none();
-        let post = match session {
-            Some(s) => Some(s.post_in_call(msg)),
+        let mut post = match session {
+            Some(s) => Some(crate::boxed_in_place(|| s.post_in_call(msg))),
             None if self.direct => None,
             None => {
                 if self.out.send(msg).await.is_err() {
@@ -497,7 +497,6 @@ impl Core {
                 None
             }
         };
-        let mut post = post.map(Box::pin);
         let mut guard = guard;
         let mut rx = rx;
         let mut cancelled = std::pin::pin!(crate::cancel::Cancelled::new(cancel));

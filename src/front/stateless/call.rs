@@ -272,7 +272,7 @@ pub(super) async fn call(
         cancel: cancel.clone(),
     });
     let task_app = app.clone();
-    let done = Done::Inline(SyncWrapper::new(Box::pin(async move {
+    let done = Done::Inline(SyncWrapper::new(crate::boxed_in_place(|| async move {
         run_tracked_as(&task_app, &session, upstream, tool, sink, guard, client).await
     })));
     let running = Running {
