@@ -27,23 +27,43 @@ pub fn member<'a>(obj: &'a str, key: &str) -> Option<&'a str> {
 }
 
 /// Whether a key as written (quotes and any escapes included) names `name`.
+///
+/// Decided without decoding for all but a rare key: an escape is always longer than
+/// what it stands for (`\n`, `\u0061`: 2 and 6 bytes for 1), so a key written as
+/// long as `name` names it only if it is `name` verbatim with no escape, a shorter one
+/// never does, and a longer one only if it has an escape and starts as `name` does
+/// or with an escape.
 pub fn key_is(written: &str, name: &str) -> bool {
-    let Some(inner) = written.strip_prefix('"').and_then(|k| k.strip_suffix('"')) else {
+    let [b'"', k @ .., b'"'] = written.as_bytes() else {
         return false;
     };
-    if !inner.contains('\\') {
-        return inner == name;
+    let n = name.as_bytes();
+    match k.len().cmp(&n.len()) {
+        std::cmp::Ordering::Equal => k == n && !k.contains(&b'\\'),
+        std::cmp::Ordering::Less => false,
+        std::cmp::Ordering::Greater => {
+            let may_start = match (k.first(), n.first()) {
+                (Some(&a), Some(&b)) => a == b || a == b'\\',
+                _ => false,
+            };
+            may_start
+                && k.contains(&b'\\')
+                && serde_json::from_str::<String>(written).is_ok_and(|k| k == name)
+        }
     }
-    serde_json::from_str::<String>(written).is_ok_and(|k| k == name)
 }
 
 /// A string's value from its JSON text (quotes and escapes included): the text
 /// between the quotes when it has no escape, else decoded; `None` if it is not a
 /// string.
 pub fn string_value(written: &str) -> Option<Cow<'_, str>> {
-    let inner = written.strip_prefix('"')?.strip_suffix('"')?;
-    if !inner.contains('\\') {
-        return Some(Cow::Borrowed(inner));
+    if let [b'"', inner @ .., b'"'] = written.as_bytes() {
+        if !inner.contains(&b'\\') {
+            // Between two ASCII quotes: still on character boundaries.
+            return written.get(1..written.len() - 1).map(Cow::Borrowed);
+        }
+    } else {
+        return None;
     }
     serde_json::from_str::<String>(written).ok().map(Cow::Owned)
 }
@@ -568,6 +588,24 @@ mod props {
 
     proptest! {
         #![proptest_config(config(256))]
+
+        /// A key names what it decodes to, whatever the name or the key's escapes:
+        /// the name itself, another, or the key's written text taken literally.
+        #[test]
+        fn a_key_names_what_it_decodes_to(
+            k in "[ab\\\\\"é\u{1}]{0,4}",
+            other in "[ab\\\\\"é\u{1}]{0,4}",
+            escape in any::<bool>(),
+            pick in 0..3u8,
+        ) {
+            let written = written_key(&k, escape);
+            let name = match pick {
+                0 => k.clone(),
+                1 => other,
+                _ => written[1..written.len() - 1].to_owned(),
+            };
+            prop_assert_eq!(key_is(&written, &name), k == name, "{} {}", written, name);
+        }
 
         #[test]
         fn members_are_what_serde_reads(
