@@ -13,7 +13,7 @@ use std::fmt;
 pub mod members;
 pub mod raw;
 
-pub use raw::Raw;
+pub use raw::{Raw, RawMembers};
 
 /// Standard JSON-RPC and MCP error codes used by Gantry.
 pub mod code {

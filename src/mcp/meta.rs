@@ -4,7 +4,7 @@
 
 use super::methods::level_rank;
 use super::{META_CLIENT_CAPABILITIES, META_CLIENT_INFO, META_LOG_LEVEL, META_PROTOCOL_VERSION};
-use crate::jsonrpc::members::{string_value, Object};
+use crate::jsonrpc::members::string_value;
 use std::borrow::Cow;
 
 /// The protocol's own `_meta` fields of a stateless-era request, as written (read
@@ -36,22 +36,31 @@ pub enum MetaError {
 }
 
 impl<'a> RequestMeta<'a> {
-    /// Reads a request's `_meta` (`None`: absent, or not an object).
-    pub fn read(meta: Option<&Object<'a>>) -> Result<Self, MetaError> {
+    /// Reads a request's `_meta` from its members, keys as written (`None`: absent,
+    /// or not an object). A repeated key counts by its last value.
+    pub fn read(meta: Option<impl Iterator<Item = (&'a str, &'a str)>>) -> Result<Self, MetaError> {
         let meta = meta.ok_or(MetaError::Missing)?;
-        let protocol_version = meta
-            .get(META_PROTOCOL_VERSION)
-            .and_then(string_value)
-            .ok_or(MetaError::NoVersion)?;
-        let client_capabilities = meta
-            .get(META_CLIENT_CAPABILITIES)
+        let (mut version, mut capabilities, mut client_info, mut log_level) =
+            (None, None, None, None);
+        for (k, v) in meta {
+            let slot = match string_value(k).as_deref() {
+                Some(META_PROTOCOL_VERSION) => &mut version,
+                Some(META_CLIENT_CAPABILITIES) => &mut capabilities,
+                Some(META_CLIENT_INFO) => &mut client_info,
+                Some(META_LOG_LEVEL) => &mut log_level,
+                _ => continue,
+            };
+            *slot = Some(v);
+        }
+        let protocol_version = version.and_then(string_value).ok_or(MetaError::NoVersion)?;
+        let client_capabilities = capabilities
             .filter(|c| c.starts_with('{'))
             .ok_or(MetaError::NoCapabilities)?;
         Ok(Self {
             protocol_version,
             client_capabilities,
-            client_info: meta.get(META_CLIENT_INFO),
-            log_level: meta.get(META_LOG_LEVEL),
+            client_info,
+            log_level,
         })
     }
 
@@ -71,12 +80,13 @@ impl<'a> RequestMeta<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::jsonrpc::members::{member, members};
     use serde_json::{json, Value};
 
     /// Reads the `_meta` of params written as `text`.
     pub(super) fn read(text: &str) -> Result<RequestMeta<'_>, MetaError> {
-        let meta = Object::parse(text).and_then(|p| p.get("_meta").and_then(Object::parse));
-        RequestMeta::read(meta.as_ref())
+        let meta = member(text, "_meta").filter(|m| m.starts_with('{'));
+        RequestMeta::read(meta.map(members))
     }
 
     fn value(text: Option<&str>) -> Option<Value> {

@@ -39,7 +39,7 @@ pub(crate) use self::route::Internal;
 use super::http::Accepts;
 use super::{App, FrontError};
 use crate::auth::Principal;
-use crate::jsonrpc::members::{Object, ObjectWriter};
+use crate::jsonrpc::members::{key_is, string_value, Object, ObjectWriter};
 use crate::jsonrpc::Raw;
 use crate::jsonrpc::{code, to_raw, Message, Request, RequestId, Response, RpcError};
 use crate::mcp::Era;
@@ -82,36 +82,75 @@ pub(crate) fn is_stateless(version: Option<&HeaderValue>, m: &Message) -> bool {
         .is_some_and(|m| m.iter().any(|(k, _)| k.starts_with(META_PREFIX)))
 }
 
-/// A request's params as written, read once: its top-level members and those of
-/// its `_meta` (keys decoded, each value's text as written, nothing parsed), so a
+/// A request's params as written: lookups go over the members the message's check
+/// found (keys compared as written, nothing decoded or parsed, no map built), so a
 /// tool's `arguments`, the bulk of a large call, are relayed as the client wrote
-/// them.
+/// them. A repeated key counts by its last value, as in the backends' parsers.
 pub(super) struct Params<'a> {
     /// The params as the client sent them (indexed by the message's check).
     pub(super) raw: Option<&'a Raw>,
-    pub(super) top: Object<'a>,
-    /// `_meta`, if it is an object.
-    pub(super) meta: Option<Object<'a>>,
+    /// The text of `_meta`, if it is an object.
+    meta: Option<&'a str>,
+    /// The text of `name` (read several times per call), found in the same pass.
+    name: Option<&'a str>,
 }
 
 impl<'a> Params<'a> {
     /// `None` when the params are not an object.
     pub(super) fn read(raw: Option<&'a Raw>) -> Option<Self> {
-        let (top, meta) = match raw {
-            Some(raw) => Object::of_raw_with(raw, "_meta")?,
-            None => (Object::default(), None),
+        let Some(raw) = raw else {
+            return Some(Params {
+                raw: None,
+                meta: None,
+                name: None,
+            });
         };
-        Some(Params { raw, top, meta })
+        if !raw.get().starts_with('{') {
+            return None;
+        }
+        let (mut meta, mut name) = (None, None);
+        for (k, v) in raw.members() {
+            if key_is(k, "_meta") {
+                meta = Some(v);
+            } else if key_is(k, "name") {
+                name = Some(v);
+            }
+        }
+        Some(Params {
+            raw: Some(raw),
+            meta: meta.filter(|m| m.starts_with('{')),
+            name,
+        })
+    }
+
+    fn last(raw: &'a Raw, field: &str) -> Option<&'a str> {
+        raw.members()
+            .filter(|(k, _)| key_is(k, field))
+            .last()
+            .map(|(_, v)| v)
+    }
+
+    /// The text of a top-level field.
+    pub(super) fn get(&self, field: &str) -> Option<&'a str> {
+        match field {
+            "name" => self.name,
+            _ => Self::last(self.raw?, field),
+        }
     }
 
     /// The string value of a top-level field.
     pub(super) fn str(&self, field: &str) -> Option<Cow<'a, str>> {
-        self.top.str(field)
+        string_value(self.get(field)?)
     }
 
     /// A top-level field parsed (for fields read on the rarer paths).
     pub(super) fn value(&self, field: &str) -> Option<Value> {
-        serde_json::from_str(self.top.get(field)?).ok()
+        serde_json::from_str(self.get(field)?).ok()
+    }
+
+    /// The members of `_meta` (keys as written), if it is an object.
+    pub(super) fn meta_members(&self) -> Option<crate::jsonrpc::RawMembers<'a>> {
+        Some(self.raw?.members_of(self.meta?))
     }
 }
 
@@ -262,17 +301,22 @@ pub(super) fn server_info_raw() -> &'static Raw {
 /// text (a tool's arguments are not parsed), with the backend's own `state`, unwrapped
 /// from what the client brought back, as `requestState`.
 pub(super) fn with_request_state(params: &Params<'_>, state: &str) -> Raw {
+    // Each key once, at its first place with its last value (a rare path: the
+    // params read into an `Object`).
+    let top = params
+        .raw
+        .and_then(|raw| Object::of_raw_with(raw, "_meta"))
+        .map(|(top, _)| top)
+        .unwrap_or_default();
     let mut out = String::with_capacity(
-        params
-            .top
-            .iter()
+        top.iter()
             .map(|(k, v)| k.len() + v.len() + 4)
             .sum::<usize>()
             + state.len()
             + 2,
     );
     let o = ObjectWriter::begin(&mut out);
-    for (k, v) in params.top.iter() {
+    for (k, v) in top.iter() {
         match k {
             "requestState" => o.member(&mut out, k, &crate::jsonrpc::json_string(state)),
             _ => o.member(&mut out, k, v),
@@ -322,4 +366,41 @@ pub(super) fn discover(app: &App, internal: &Internal, id: RequestId) -> HttpRes
         obj.insert("instructions".into(), i.clone());
     }
     json_body(StatusCode::OK, Response::ok(id, to_raw(&result)).to_json())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn params_are_read_as_their_parsers_read_them() {
+        // Small params are walked, large ones indexed: both read alike.
+        for pad in [0, 64 * 1024] {
+            let text = format!(
+                r#"{{"name":"first","_meta":{{"a":1}},"arguments":{{"x":"{}"}},"n\u0061me":"last","_meta":3}}"#,
+                "y".repeat(pad)
+            );
+            let raw = Raw::from_string(text).unwrap();
+            let p = Params::read(Some(&raw)).unwrap();
+            // A repeated key counts by its last value, escapes decoded.
+            assert_eq!(p.str("name").as_deref(), Some("last"));
+            // The last `_meta` is not an object: there is none.
+            assert!(p.meta_members().is_none());
+            assert_eq!(
+                p.value("arguments")
+                    .and_then(|a| a["x"].as_str().map(str::len)),
+                Some(pad)
+            );
+            assert_eq!(p.get("missing"), None);
+        }
+        let raw = Raw::from_string(r#"{"_meta":{"k":"v"}}"#.into()).unwrap();
+        let meta: Vec<_> = Params::read(Some(&raw))
+            .and_then(|p| p.meta_members())
+            .map(Iterator::collect)
+            .unwrap_or_default();
+        assert_eq!(meta, [(r#""k""#, r#""v""#)]);
+        let list = Raw::from_string("[1]".into()).unwrap();
+        assert!(Params::read(Some(&list)).is_none());
+        assert!(Params::read(None).is_some_and(|p| p.str("name").is_none()));
+    }
 }

@@ -49,7 +49,7 @@ pub(super) fn validate(
         ));
     };
     let header_version = header_version.to_str().unwrap_or_default().trim_ascii();
-    let meta = RequestMeta::read(params.meta.as_ref())
+    let meta = RequestMeta::read(params.meta_members())
         .map_err(|e| bad(code::INVALID_PARAMS, e.to_string()))?;
     let version = meta.protocol_version.as_ref();
     if header_version != version {
