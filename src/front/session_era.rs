@@ -512,7 +512,7 @@ pub(super) async fn single(
         // Answered as one JSON object; nested traffic (if any) uses the GET stream.
         // Boxed: inline, the call path's future would be part of every POST's.
         let sink = session.standalone_sink();
-        return match Box::pin(run_call(&app, &session, req, sink)).await {
+        return match crate::boxed_in_place(|| run_call(&app, &session, req, sink)).await {
             Some(r) => json_response_of(r),
             None => StatusCode::ACCEPTED.into_response(),
         };

@@ -693,11 +693,7 @@ pub fn mentions(text: &str, needle: &Needle) -> bool {
 /// the other fields (a call's arguments) are skipped over, not parsed. A repeated key
 /// counts by its last value, as in the JSON parsers of the backends that act on it.
 pub fn string_field(params: Option<&Raw>, field: &str) -> Option<String> {
-    let (_, v) = params?
-        .members()
-        .filter(|(k, _)| members::key_is(k, field))
-        .last()?;
-    members::string_value(v).map(std::borrow::Cow::into_owned)
+    members::string_value(params?.member(field)?).map(std::borrow::Cow::into_owned)
 }
 
 /// Whether the `_meta` object of raw params (any of its repeats) mentions `needle`:

@@ -123,18 +123,11 @@ impl<'a> Params<'a> {
         })
     }
 
-    fn last(raw: &'a Raw, field: &str) -> Option<&'a str> {
-        raw.members()
-            .filter(|(k, _)| key_is(k, field))
-            .last()
-            .map(|(_, v)| v)
-    }
-
     /// The text of a top-level field.
     pub(super) fn get(&self, field: &str) -> Option<&'a str> {
         match field {
             "name" => self.name,
-            _ => Self::last(self.raw?, field),
+            _ => self.raw?.member(field),
         }
     }
 
