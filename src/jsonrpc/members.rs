@@ -31,8 +31,8 @@ pub fn member<'a>(obj: &'a str, key: &str) -> Option<&'a str> {
 /// Decided without decoding for all but a rare key: an escape is always longer than
 /// what it stands for (`\n`, `\u0061`: 2 and 6 bytes for 1), so a key written as
 /// long as `name` names it only if it is `name` verbatim with no escape, a shorter one
-/// never does, and a longer one only if it has an escape and starts as `name` does
-/// or with an escape.
+/// never does, and a longer one only if an escape comes where it first differs from
+/// `name` or before (see [`escape_decides`]).
 pub fn key_is(written: &str, name: &str) -> bool {
     let [b'"', k @ .., b'"'] = written.as_bytes() else {
         return false;
@@ -42,15 +42,40 @@ pub fn key_is(written: &str, name: &str) -> bool {
         std::cmp::Ordering::Equal => k == n && !k.contains(&b'\\'),
         std::cmp::Ordering::Less => false,
         std::cmp::Ordering::Greater => {
-            let may_start = match (k.first(), n.first()) {
-                (Some(&a), Some(&b)) => a == b || a == b'\\',
-                _ => false,
-            };
-            may_start
-                && k.contains(&b'\\')
-                && serde_json::from_str::<String>(written).is_ok_and(|k| k == name)
+            escape_decides(k, n) && serde_json::from_str::<String>(written).is_ok_and(|k| k == name)
         }
     }
+}
+
+/// Whether a key as written (quotes and any escapes included) starts with `prefix`
+/// once decoded; decoded only when an escape comes where it first differs from
+/// `prefix` or before.
+pub fn key_starts_with(written: &str, prefix: &str) -> bool {
+    let [b'"', k @ .., b'"'] = written.as_bytes() else {
+        return false;
+    };
+    let n = prefix.as_bytes();
+    let same = common_prefix(k, n);
+    if same == n.len() && !k[..same].contains(&b'\\') {
+        return true;
+    }
+    escape_decides(k, n)
+        && serde_json::from_str::<String>(written).is_ok_and(|k| k.starts_with(prefix))
+}
+
+/// How many leading bytes `a` and `b` share.
+fn common_prefix(a: &[u8], b: &[u8]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+/// Whether a key's text `k` (between its quotes) may decode to something that
+/// differs from its text before `name` does: only if it has an escape in the part
+/// it shares with `name` or right where they part. Before its first escape a key
+/// decodes byte for byte, so without one there it differs from `name` where its
+/// text does (or, sharing all of `name`, goes on past it).
+fn escape_decides(k: &[u8], name: &[u8]) -> bool {
+    let same = common_prefix(k, name);
+    k.get(same) == Some(&b'\\') || k[..same].contains(&b'\\')
 }
 
 /// A string's value from its JSON text (quotes and escapes included): the text
@@ -66,6 +91,17 @@ pub fn string_value(written: &str) -> Option<Cow<'_, str>> {
         return None;
     }
     serde_json::from_str::<String>(written).ok().map(Cow::Owned)
+}
+
+/// A JSON-RPC message's key, decoded: [`string_value`], with the envelope's own
+/// names (written without escapes, as every sender writes them) recognized without
+/// a scan for escapes.
+pub(crate) fn envelope_key(written: &str) -> Option<Cow<'_, str>> {
+    match written.as_bytes() {
+        b"\"jsonrpc\"" | b"\"id\"" | b"\"method\"" | b"\"params\"" | b"\"result\""
+        | b"\"error\"" => written.get(1..written.len() - 1).map(Cow::Borrowed),
+        _ => string_value(written),
+    }
 }
 
 /// An object read from valid JSON text as its parsers see it: each key decoded and
@@ -605,6 +641,30 @@ mod props {
                 _ => written[1..written.len() - 1].to_owned(),
             };
             prop_assert_eq!(key_is(&written, &name), k == name, "{} {}", written, name);
+        }
+
+        /// A key starts with what its decoded text starts with, whatever the key's
+        /// escapes: a prefix of it, of another, or of its written text.
+        #[test]
+        fn a_key_starts_with_what_it_decodes_to(
+            k in "[ab\\\\\"é\u{1}]{0,4}",
+            other in "[ab\\\\\"é\u{1}]{0,4}",
+            escape in any::<bool>(),
+            pick in 0..3u8,
+            cut in 0..6usize,
+        ) {
+            let written = written_key(&k, escape);
+            let whole = match pick {
+                0 => k.clone(),
+                1 => other,
+                _ => written[1..written.len() - 1].to_owned(),
+            };
+            let prefix: String = whole.chars().take(cut).collect();
+            prop_assert_eq!(
+                key_starts_with(&written, &prefix),
+                k.starts_with(&prefix),
+                "{} {}", written, prefix
+            );
         }
 
         #[test]

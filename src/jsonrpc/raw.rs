@@ -19,8 +19,8 @@
 
 use super::members::{quote_or_backslash, short_special, skip_ws, Members};
 use bytestring::ByteString;
-use once_cell::race::OnceBox;
 use std::fmt;
+use std::sync::{Arc, OnceLock};
 
 /// JSON text known to be one valid JSON value, with no whitespace around it.
 ///
@@ -38,11 +38,11 @@ use std::fmt;
 pub struct Raw {
     /// The text: its own, or a slice of the message it came in ([`Source::raw`]).
     text: ByteString,
-    index: OnceBox<Index>,
+    /// Shared by clones: a relayed call's params are cloned with their index.
+    index: OnceLock<Arc<Index>>,
 }
 
 /// Where an object's members are, once found.
-#[derive(Clone)]
 struct Index {
     /// `None`: too many members to keep (each reader walks them).
     members: Option<Vec<MemberSpan>>,
@@ -196,7 +196,7 @@ impl Raw {
     pub(crate) fn trusted(text: impl Into<ByteString>) -> Self {
         Self {
             text: text.into(),
-            index: OnceBox::new(),
+            index: OnceLock::new(),
         }
     }
 
@@ -221,7 +221,7 @@ impl Raw {
             .meta
             .at
             .map(|at| (at.saturating_sub(origin), relative(shape.meta.spans)));
-        let _ = raw.index.set(Box::new(Index {
+        let _ = raw.index.set(Arc::new(Index {
             members: Some(relative(shape.params.spans)),
             nested,
         }));
@@ -259,7 +259,7 @@ impl Raw {
                     .take(MAX_INDEXED_MEMBERS + 1)
                     .map(|(k, v)| MemberSpan::of(&k, &v))
                     .collect();
-                Box::new(Index {
+                Arc::new(Index {
                     members: spans.filter(|s| s.len() <= MAX_INDEXED_MEMBERS),
                     nested: None,
                 })

@@ -4,7 +4,7 @@
 
 use super::methods::level_rank;
 use super::{META_CLIENT_CAPABILITIES, META_CLIENT_INFO, META_LOG_LEVEL, META_PROTOCOL_VERSION};
-use crate::jsonrpc::members::string_value;
+use crate::jsonrpc::members::{key_is, string_value};
 use std::borrow::Cow;
 
 /// The protocol's own `_meta` fields of a stateless-era request, as written (read
@@ -43,12 +43,16 @@ impl<'a> RequestMeta<'a> {
         let (mut version, mut capabilities, mut client_info, mut log_level) =
             (None, None, None, None);
         for (k, v) in meta {
-            let slot = match string_value(k).as_deref() {
-                Some(META_PROTOCOL_VERSION) => &mut version,
-                Some(META_CLIENT_CAPABILITIES) => &mut capabilities,
-                Some(META_CLIENT_INFO) => &mut client_info,
-                Some(META_LOG_LEVEL) => &mut log_level,
-                _ => continue,
+            let slot = if key_is(k, META_PROTOCOL_VERSION) {
+                &mut version
+            } else if key_is(k, META_CLIENT_CAPABILITIES) {
+                &mut capabilities
+            } else if key_is(k, META_CLIENT_INFO) {
+                &mut client_info
+            } else if key_is(k, META_LOG_LEVEL) {
+                &mut log_level
+            } else {
+                continue;
             };
             *slot = Some(v);
         }

@@ -158,30 +158,29 @@ pub fn splice_for_stateless(
     if !crate::jsonrpc::surely_lacks(text, &needles) {
         // Where the check kept them (a stateless-era backend's result), or walked.
         for (k, v) in result.members() {
-            let Some(key) = string_value(k) else {
-                return false;
-            };
-            let field = match key.as_ref() {
-                "resultType" => {
-                    if string_value(v).as_deref() != Some(COMPLETE) {
-                        return false;
-                    }
-                    RESULT_TYPE
+            let field = if key_is(k, "resultType") {
+                if string_value(v).as_deref() != Some(COMPLETE) {
+                    return false;
                 }
-                "_meta" => {
-                    let names_itself = v.starts_with('{')
-                        && result
-                            .members_of(v)
-                            .any(|(k, _)| key_is(k, META_SERVER_INFO));
-                    if !names_itself {
-                        return false;
-                    }
-                    META
+                RESULT_TYPE
+            } else if key_is(k, "_meta") {
+                let names_itself = v.starts_with('{')
+                    && result
+                        .members_of(v)
+                        .any(|(k, _)| key_is(k, META_SERVER_INFO));
+                if !names_itself {
+                    return false;
                 }
-                "ttlMs" => TTL,
-                "cacheScope" if hints && private => return false,
-                "cacheScope" => SCOPE,
-                _ => continue,
+                META
+            } else if key_is(k, "ttlMs") {
+                TTL
+            } else if key_is(k, "cacheScope") {
+                if hints && private {
+                    return false;
+                }
+                SCOPE
+            } else {
+                continue;
             };
             // Named twice: left to the reader, which keeps the last.
             if named & field != 0 {

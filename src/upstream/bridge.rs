@@ -24,7 +24,7 @@ const MAX_INPUT_ROUNDS: usize = 16;
 /// (only the top level and `_meta` are read, a tool's arguments are copied as
 /// written; a key named twice is written twice, and its reader keeps the last).
 pub(super) fn for_session_era(params: Option<Raw>) -> Option<Raw> {
-    use crate::jsonrpc::members::{string_value, ObjectWriter};
+    use crate::jsonrpc::members::{key_is, key_starts_with, ObjectWriter};
     let raw = params?;
     let needles = [
         crate::needle!(META_PREFIX),
@@ -38,29 +38,27 @@ pub(super) fn for_session_era(params: Option<Raw>) -> Option<Raw> {
     let mut dropped = false;
     let o = ObjectWriter::begin(&mut out);
     for (k, v) in raw.members() {
-        let Some(key) = string_value(k) else {
-            return Some(raw);
-        };
-        match &*key {
-            "inputResponses" | "requestState" => dropped = true,
-            "_meta" if v.starts_with('{') => {
-                // Written, then taken back if none of its keys is the client's own.
-                let mark = out.len();
-                o.written_member(&mut out, k, "");
-                let m = ObjectWriter::begin(&mut out);
-                for (mk, mv) in raw.members_of(v) {
-                    match string_value(mk) {
-                        Some(name) if name.starts_with(META_PREFIX) => dropped = true,
-                        _ => m.written_member(&mut out, mk, mv),
-                    }
-                }
-                if m.is_empty(&out) {
-                    out.truncate(mark);
+        if key_is(k, "inputResponses") || key_is(k, "requestState") {
+            dropped = true;
+        } else if key_is(k, "_meta") && v.starts_with('{') {
+            // Written, then taken back if none of its keys is the client's own.
+            let mark = out.len();
+            o.written_member(&mut out, k, "");
+            let m = ObjectWriter::begin(&mut out);
+            for (mk, mv) in raw.members_of(v) {
+                if key_starts_with(mk, META_PREFIX) {
+                    dropped = true;
                 } else {
-                    m.end(&mut out);
+                    m.written_member(&mut out, mk, mv);
                 }
             }
-            _ => o.written_member(&mut out, k, v),
+            if m.is_empty(&out) {
+                out.truncate(mark);
+            } else {
+                m.end(&mut out);
+            }
+        } else {
+            o.written_member(&mut out, k, v);
         }
     }
     o.end(&mut out);
@@ -86,7 +84,7 @@ pub(super) fn for_stateless_era(
     params: Option<&Raw>,
     client: &crate::call::ClientView,
 ) -> (String, Option<String>) {
-    use crate::jsonrpc::members::{string_value, ObjectWriter};
+    use crate::jsonrpc::members::{key_is, string_value, ObjectWriter};
     let text = params.map_or("", Raw::get);
     let mut out = String::with_capacity(text.len() + 256);
     let o = ObjectWriter::begin(&mut out);
@@ -95,23 +93,20 @@ pub(super) fn for_stateless_era(
     let mut has_meta = false;
     if let Some(raw) = params.filter(|p| p.get().starts_with('{')) {
         for (k, v) in raw.members() {
-            let key = string_value(k);
-            match key.as_deref() {
-                Some("_meta") if v.starts_with('{') => {
-                    has_meta = true;
+            if key_is(k, "_meta") {
+                has_meta = true;
+                if v.starts_with('{') {
                     o.written_member(&mut out, k, "");
                     write_stateless_meta(&mut out, raw.members_of(v), client);
-                }
-                // Not an object: left as it was written.
-                Some("_meta") => {
-                    has_meta = true;
+                } else {
+                    // Not an object: left as it was written.
                     o.written_member(&mut out, k, v);
                 }
-                Some(f) if Some(f) == name_field => {
+            } else {
+                if name_field.is_some_and(|f| key_is(k, f)) {
                     named = string_value(v).map(std::borrow::Cow::into_owned);
-                    o.written_member(&mut out, k, v);
                 }
-                _ => o.written_member(&mut out, k, v),
+                o.written_member(&mut out, k, v);
             }
         }
     }
@@ -132,7 +127,7 @@ fn write_stateless_meta<'a>(
     meta: impl Iterator<Item = (&'a str, &'a str)>,
     client: &crate::call::ClientView,
 ) {
-    use crate::jsonrpc::members::string_value;
+    use crate::jsonrpc::members::key_is;
     use crate::mcp::{META_CLIENT_CAPABILITIES, META_LOG_LEVEL, META_PROTOCOL_VERSION};
     let restated = [
         META_PROTOCOL_VERSION,
@@ -141,7 +136,7 @@ fn write_stateless_meta<'a>(
     ];
     let o = crate::jsonrpc::members::ObjectWriter::begin(out);
     for (k, v) in meta {
-        if !string_value(k).is_some_and(|k| restated.contains(&&*k)) {
+        if !restated.iter().any(|r| key_is(k, r)) {
             o.written_member(out, k, v);
         }
     }

@@ -93,6 +93,8 @@ pub(super) struct Params<'a> {
     meta: Option<&'a str>,
     /// The text of `name` (read several times per call), found in the same pass.
     name: Option<&'a str>,
+    /// `name`'s string value, decoded once.
+    name_value: Option<Cow<'a, str>>,
 }
 
 impl<'a> Params<'a> {
@@ -103,6 +105,7 @@ impl<'a> Params<'a> {
                 raw: None,
                 meta: None,
                 name: None,
+                name_value: None,
             });
         };
         if !raw.get().starts_with('{') {
@@ -120,6 +123,7 @@ impl<'a> Params<'a> {
             raw: Some(raw),
             meta: meta.filter(|m| m.starts_with('{')),
             name,
+            name_value: name.and_then(string_value),
         })
     }
 
@@ -133,7 +137,10 @@ impl<'a> Params<'a> {
 
     /// The string value of a top-level field.
     pub(super) fn str(&self, field: &str) -> Option<Cow<'a, str>> {
-        string_value(self.get(field)?)
+        match field {
+            "name" => self.name_value.clone(),
+            _ => string_value(self.get(field)?),
+        }
     }
 
     /// A top-level field parsed (for fields read on the rarer paths).
