@@ -55,17 +55,19 @@ pub fn key_starts_with(written: &str, prefix: &str) -> bool {
         return false;
     };
     let n = prefix.as_bytes();
-    let same = common_prefix(k, n);
-    if same == n.len() && !k[..same].contains(&b'\\') {
+    let (shared, _) = common_prefix(k, n);
+    if shared.len() == n.len() && !shared.contains(&b'\\') {
         return true;
     }
     escape_decides(k, n)
         && serde_json::from_str::<String>(written).is_ok_and(|k| k.starts_with(prefix))
 }
 
-/// How many leading bytes `a` and `b` share.
-fn common_prefix(a: &[u8], b: &[u8]) -> usize {
-    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+/// The leading bytes `k` shares with `name`, and `k`'s next byte.
+fn common_prefix<'k>(k: &'k [u8], name: &[u8]) -> (&'k [u8], Option<&'k u8>) {
+    let same = k.iter().zip(name).take_while(|(x, y)| x == y).count();
+    let (shared, rest) = k.split_at_checked(same).unwrap_or((k, &[]));
+    (shared, rest.first())
 }
 
 /// Whether a key's text `k` (between its quotes) may decode to something that
@@ -74,8 +76,8 @@ fn common_prefix(a: &[u8], b: &[u8]) -> usize {
 /// decodes byte for byte, so without one there it differs from `name` where its
 /// text does (or, sharing all of `name`, goes on past it).
 fn escape_decides(k: &[u8], name: &[u8]) -> bool {
-    let same = common_prefix(k, name);
-    k.get(same) == Some(&b'\\') || k[..same].contains(&b'\\')
+    let (shared, next) = common_prefix(k, name);
+    next == Some(&b'\\') || shared.contains(&b'\\')
 }
 
 /// A string's value from its JSON text (quotes and escapes included): the text
