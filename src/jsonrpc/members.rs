@@ -20,7 +20,15 @@ pub fn members(obj: &str) -> Members<'_> {
 /// The value of the last member named `key` (JSON parsers that act on a repeated key
 /// keep its last value: JavaScript's, Python's, serde_json's maps).
 pub fn member<'a>(obj: &'a str, key: &str) -> Option<&'a str> {
-    members(obj)
+    last_named(members(obj), key)
+}
+
+/// The value of the last of `members` (keys as written) named `key`.
+pub fn last_named<'a>(
+    members: impl Iterator<Item = (&'a str, &'a str)>,
+    key: &str,
+) -> Option<&'a str> {
+    members
         .filter(|(k, _)| key_is(k, key))
         .last()
         .map(|(_, v)| v)
@@ -83,17 +91,6 @@ pub fn string_value(written: &str) -> Option<Cow<'_, str>> {
         return None;
     }
     serde_json::from_str::<String>(written).ok().map(Cow::Owned)
-}
-
-/// A JSON-RPC message's key, decoded: [`string_value`], with the envelope's own
-/// names (written without escapes, as every sender writes them) recognized without
-/// a scan for escapes.
-pub(crate) fn envelope_key(written: &str) -> Option<Cow<'_, str>> {
-    match written.as_bytes() {
-        b"\"jsonrpc\"" | b"\"id\"" | b"\"method\"" | b"\"params\"" | b"\"result\""
-        | b"\"error\"" => written.get(1..written.len() - 1).map(Cow::Borrowed),
-        _ => string_value(written),
-    }
 }
 
 /// An object read from valid JSON text as its parsers see it: each key decoded and
@@ -614,6 +611,16 @@ mod props {
         }
     }
 
+    /// A name to compare a key (`k`, `written` as [`written_key`]) with: `k` itself,
+    /// `other`, or the key's written text taken literally.
+    fn picked(k: &str, other: String, written: &str, pick: u8) -> String {
+        match pick {
+            0 => k.to_owned(),
+            1 => other,
+            _ => written[1..written.len() - 1].to_owned(),
+        }
+    }
+
     proptest! {
         #![proptest_config(config(256))]
 
@@ -627,11 +634,7 @@ mod props {
             pick in 0..3u8,
         ) {
             let written = written_key(&k, escape);
-            let name = match pick {
-                0 => k.clone(),
-                1 => other,
-                _ => written[1..written.len() - 1].to_owned(),
-            };
+            let name = picked(&k, other, &written, pick);
             prop_assert_eq!(key_is(&written, &name), k == name, "{} {}", written, name);
         }
 
@@ -647,12 +650,7 @@ mod props {
             cut in 0..6usize,
         ) {
             let written = written_key(&k, escape);
-            let whole = match pick {
-                0 => k.clone(),
-                1 => other,
-                _ => written[1..written.len() - 1].to_owned(),
-            };
-            let prefix: String = whole.chars().take(cut).collect();
+            let prefix: String = picked(&k, other, &written, pick).chars().take(cut).collect();
             prop_assume!(!prefix.contains('\\'));
             prop_assert_eq!(
                 key_starts_with(&written, &prefix),

@@ -300,7 +300,7 @@ impl<'a> Envelope<'a> {
         let mut env = Envelope::default();
         let mut seen = [false; 6];
         for (key, value) in members {
-            let name = match members::envelope_key(key) {
+            let name = match members::string_value(key) {
                 Some(name) => name,
                 None => return Err(not_json(key.as_bytes())),
             };

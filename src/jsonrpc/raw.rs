@@ -277,10 +277,7 @@ impl Raw {
     /// The text of the last member named `key` (JSON parsers that act on a repeated
     /// key keep its last value), found among [`Raw::members`].
     pub fn member(&self, key: &str) -> Option<&str> {
-        self.members()
-            .filter(|(k, _)| super::members::key_is(k, key))
-            .last()
-            .map(|(_, v)| v)
+        super::members::last_named(self.members(), key)
     }
 
     /// The members of `value`, an object value of one of this object's members (a
