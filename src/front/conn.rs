@@ -16,9 +16,10 @@ use axum::extract::ConnectInfo;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::service::TowerToHyperService;
+use std::convert::Infallible;
 use std::future::Future as _;
 use std::io;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -29,7 +30,7 @@ use tokio::sync::Semaphore;
 use tokio::time::Sleep;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tower::ServiceExt as _;
+use tower::Service as _;
 
 /// How connections are bounded.
 #[derive(Clone, Copy, Debug)]
@@ -79,26 +80,53 @@ impl Connections {
     }
 }
 
+/// What serves a connection's requests, told whose connection it is.
+pub(crate) trait Serve: Clone + Send + 'static {
+    type Future: std::future::Future<Output = Result<axum::response::Response, Infallible>>
+        + Send
+        + 'static;
+
+    fn serve(&self, req: hyper::Request<Incoming>, peer: SocketAddr) -> Self::Future;
+}
+
+/// A router's handlers learn the peer as axum's `ConnectInfo`.
+impl Serve for axum::Router {
+    type Future = axum::routing::future::RouteFuture<Infallible>;
+
+    fn serve(&self, mut req: hyper::Request<Incoming>, peer: SocketAddr) -> Self::Future {
+        req.extensions_mut().insert(ConnectInfo(peer));
+        // A router is always ready.
+        self.clone().call(req.map(axum::body::Body::new))
+    }
+}
+
+/// One connection's service: `S` and the connection's peer.
+#[derive(Clone)]
+struct FromPeer<S> {
+    serve: S,
+    peer: SocketAddr,
+}
+
+impl<S: Serve> hyper::service::Service<hyper::Request<Incoming>> for FromPeer<S> {
+    type Response = axum::response::Response;
+    type Error = Infallible;
+    type Future = S::Future;
+
+    fn call(&self, req: hyper::Request<Incoming>) -> Self::Future {
+        self.serve.serve(req, self.peer)
+    }
+}
+
 /// Accepts connections until `stop`, serving each with `routes`. Returns the
 /// connections still open, to be ended with [`Connections::close`].
-pub(crate) async fn accept<S>(
+pub(crate) async fn accept<S: Serve>(
     listener: TcpListener,
     routes: S,
     limits: ConnLimits,
     bytes: ByteCounters,
     tls: Option<Arc<super::tls::Tls>>,
     stop: CancellationToken,
-) -> Connections
-where
-    S: tower::Service<
-            axum::extract::Request,
-            Response = axum::response::Response,
-            Error = std::convert::Infallible,
-        > + Clone
-        + Send
-        + 'static,
-    S::Future: Send + 'static,
-{
+) -> Connections {
     let conns = Connections {
         tracker: TaskTracker::new(),
         finish: CancellationToken::new(),
@@ -150,17 +178,14 @@ where
             }
             continue;
         };
-        let svc = routes
-            .clone()
-            .map_request(move |mut req: hyper::Request<Incoming>| {
-                req.extensions_mut().insert(ConnectInfo(peer));
-                req.map(axum::body::Body::new)
-            });
+        let svc = FromPeer {
+            serve: routes.clone(),
+            peer,
+        };
         let (builder, finish, kill) = (builder.clone(), conns.finish.clone(), conns.kill.clone());
         let stalls = Stalls::new(tcp, limits.write_timeout, bytes.clone());
         let tls = tls.as_ref().map(|t| t.current());
         conns.tracker.spawn(async move {
-            let svc = TowerToHyperService::new(svc);
             match tls {
                 None => serve_one(TokioIo::new(stalls), &builder, svc, &finish, &kill, peer).await,
                 Some(cfg) => {

@@ -192,11 +192,12 @@ fn preflight() -> HttpResponse {
     r
 }
 
-/// The address of the connection a request came on (Gantry's own listener).
-pub(super) fn peer_ip(extensions: &axum::http::Extensions) -> Option<std::net::IpAddr> {
+/// The address of the connection a request came on, as the router's handlers learn it
+/// (Gantry's own listener puts it there; the MCP endpoint is told it directly).
+pub(super) fn peer_of(extensions: &axum::http::Extensions) -> Option<std::net::SocketAddr> {
     extensions
         .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-        .map(|c| c.0.ip())
+        .map(|c| c.0)
 }
 
 /// Whom a new session counts against: its principal when authenticated, else the
@@ -204,17 +205,13 @@ pub(super) fn peer_ip(extensions: &axum::http::Extensions) -> Option<std::net::I
 /// `None` when the address is unknown (not served by Gantry's own listener).
 pub(super) fn quota_key(
     principal: &crate::auth::Principal,
-    extensions: &axum::http::Extensions,
+    peer: Option<std::net::SocketAddr>,
 ) -> Option<String> {
-    use std::net::{IpAddr, SocketAddr};
+    use std::net::IpAddr;
     if !principal.is_anonymous() {
         return Some(format!("principal {}", principal.as_str()));
     }
-    let addr = extensions
-        .get::<axum::extract::ConnectInfo<SocketAddr>>()?
-        .0
-        .ip();
-    Some(match addr {
+    Some(match peer?.ip() {
         IpAddr::V4(v4) => format!("ip {v4}"),
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
             Some(v4) => format!("ip {v4}"),

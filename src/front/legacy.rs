@@ -24,7 +24,7 @@ pub(super) async fn open(
     if app.is_stopping() {
         return FrontError::Unavailable("Gantry is shutting down").into_response();
     }
-    let client = super::edge::quota_key(&principal, &extensions);
+    let client = super::edge::quota_key(&principal, super::edge::peer_of(&extensions));
     let session = match app
         .sessions
         .create(principal.as_str(), true, client.as_deref())
@@ -90,7 +90,7 @@ pub(super) async fn message(
     }
     // The answers go on the SSE stream: a limited request refuses the POST (429).
     if app.limits().is_some() {
-        let peer = super::edge::peer_ip(&parts.extensions);
+        let peer = super::edge::peer_of(&parts.extensions).map(|p| p.ip());
         let refuse = super::edge::Answer::Refuse;
         if let Some(resp) = super::edge::rate_limit(
             &app,

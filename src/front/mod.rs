@@ -332,8 +332,9 @@ pub fn routes(app: Arc<App>) -> axum::Router {
 /// its handler: the router would look its path up, put the matched path, the
 /// original URI and the (no) path parameters into the request's extensions, clone a
 /// boxed service and box the handler's future again, about 2.5 k instructions and
-/// six allocations on every call (BENCHMARKS.md). Everything else goes through the
-/// router, which still holds the MCP route too: the same handler, and a path that
+/// six allocations on every call (BENCHMARKS.md); and the connection's peer, which
+/// the router's handlers find in an extension map allocated for each request, is
+/// handed to it as it is. Everything else goes through the router, which still holds the MCP route too: the same handler, and a path that
 /// would collide with another route is refused when the routes are built, as before.
 #[derive(Clone)]
 pub(crate) struct Surface {
@@ -351,28 +352,30 @@ impl Surface {
 type McpFuture =
     std::pin::Pin<Box<dyn std::future::Future<Output = Result<HttpResponse, Infallible>> + Send>>;
 
-impl tower::Service<axum::extract::Request> for Surface {
-    type Response = HttpResponse;
-    type Error = Infallible;
+impl conn::Serve for Surface {
     type Future =
         futures::future::Either<McpFuture, axum::routing::future::RouteFuture<Infallible>>;
 
-    fn poll_ready(
-        &mut self,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<(), Infallible>> {
-        std::task::Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, req: axum::extract::Request) -> Self::Future {
+    fn serve(
+        &self,
+        req: hyper::Request<hyper::body::Incoming>,
+        peer: std::net::SocketAddr,
+    ) -> Self::Future {
+        let mut req = req.map(axum::body::Body::new);
         if req.uri().path() == self.app.cfg.server.path {
+            // The peer goes to the handler as it is: no extension map per request.
             let app = self.app.clone();
             let head = req.method() == axum::http::Method::HEAD;
             futures::future::Either::Left(crate::boxed_in_place(|| async move {
-                Ok(as_routed(mcp(State(app), req).await, head))
+                Ok(as_routed(
+                    session_era::serve(app, req, Some(peer)).await,
+                    head,
+                ))
             }))
         } else {
-            futures::future::Either::Right(self.routes.call(req))
+            req.extensions_mut()
+                .insert(axum::extract::ConnectInfo(peer));
+            futures::future::Either::Right(tower::Service::call(&mut self.routes.clone(), req))
         }
     }
 }

@@ -63,11 +63,21 @@ pub(super) fn check_version_header(v: Option<&HeaderValue>) -> Result<(), FrontE
 
 /// The MCP endpoint: [`admit`](super::edge::admit)ted, then by method.
 pub(super) async fn mcp(State(app): State<Arc<App>>, req: HttpRequest) -> HttpResponse {
+    let peer = super::edge::peer_of(req.extensions());
+    serve(app, req, peer).await
+}
+
+/// [`mcp`] for a request that came from `peer` (when known).
+pub(super) async fn serve(
+    app: Arc<App>,
+    req: HttpRequest,
+    peer: Option<std::net::SocketAddr>,
+) -> HttpResponse {
     let inner = app.clone();
     super::edge::admit(&app, req, |req, principal| async move {
         let method = req.method().clone();
         match method {
-            Method::POST => post(inner, principal, req).await,
+            Method::POST => post(inner, principal, req, peer).await,
             Method::GET => get_stream(inner, &principal, req.headers()),
             Method::DELETE => delete(inner, &principal, req.headers()).await,
             _ => FrontError::MethodNotAllowed.into_response(),
@@ -79,9 +89,14 @@ pub(super) async fn mcp(State(app): State<Arc<App>>, req: HttpRequest) -> HttpRe
 /// A POST to the MCP endpoint, in phases: what the client accepts and sent
 /// (406 / 415), the body (413, 400 / -32700), which era and session it belongs to,
 /// then the message itself.
-pub(super) async fn post(app: Arc<App>, principal: Principal, req: HttpRequest) -> HttpResponse {
+pub(super) async fn post(
+    app: Arc<App>,
+    principal: Principal,
+    req: HttpRequest,
+    from: Option<std::net::SocketAddr>,
+) -> HttpResponse {
     let (parts, body) = req.into_parts();
-    let peer = super::edge::peer_ip(&parts.extensions);
+    let peer = from.map(|p| p.ip());
     let headers = parts.headers;
     let heads = Heads::read(&headers);
     let accepts = match negotiate(&heads, &headers) {
@@ -138,7 +153,7 @@ pub(super) async fn post(app: Arc<App>, principal: Principal, req: HttpRequest) 
                     return resp;
                 }
                 // Whom the new session counts against: formatted only here, not per call.
-                let client = quota_key(&principal, &parts.extensions);
+                let client = quota_key(&principal, from);
                 Box::pin(initialize(app, principal, client.as_deref(), r, accepts)).await
             }
             Err(e) => e.into_response(),
