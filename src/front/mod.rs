@@ -381,18 +381,20 @@ impl conn::Serve for Surface {
 }
 
 /// What the router does to every answer it routes, done for the endpoint it is
-/// bypassed for: a `Content-Length` when the body's length is known and none is set,
-/// and no body in the answer to a `HEAD` (over HTTP/2 the body would be sent, and a
-/// client takes that for a protocol error).
+/// bypassed for: no body in the answer to a `HEAD` (over HTTP/2 the body would be
+/// sent, and a client takes that for a protocol error), and with it the
+/// `Content-Length` the body would have had. (Any other answer of known length gets
+/// its `Content-Length` from hyper, written straight into the head: the router's
+/// header value costs an allocation per answer.)
 fn as_routed(mut resp: HttpResponse, head: bool) -> HttpResponse {
     use axum::body::HttpBody as _;
-    if !resp.headers().contains_key(header::CONTENT_LENGTH) {
-        if let Some(n) = resp.body().size_hint().exact() {
-            resp.headers_mut()
-                .insert(header::CONTENT_LENGTH, header::HeaderValue::from(n));
-        }
-    }
     if head {
+        if !resp.headers().contains_key(header::CONTENT_LENGTH) {
+            if let Some(n) = resp.body().size_hint().exact() {
+                resp.headers_mut()
+                    .insert(header::CONTENT_LENGTH, header::HeaderValue::from(n));
+            }
+        }
         *resp.body_mut() = axum::body::Body::empty();
     }
     resp

@@ -63,6 +63,33 @@ fn read<T: Clone>(l: &RwLock<Option<T>>) -> Option<T> {
     l.read().clone()
 }
 
+/// What a POST's answer holds, by its `Content-Type` (compared without regard to
+/// case, and without a lower-cased copy of each answer's).
+#[derive(Debug, PartialEq)]
+enum Answered {
+    Sse,
+    Json,
+    /// Anything else: the type, lower-cased, for the error.
+    Other(String),
+}
+
+impl Answered {
+    fn of(value: Option<&HeaderValue>) -> Self {
+        let text = value.map(HeaderValue::as_bytes).unwrap_or_default();
+        let is = |prefix: &str| {
+            text.get(..prefix.len())
+                .is_some_and(|t| t.eq_ignore_ascii_case(prefix.as_bytes()))
+        };
+        if is("text/event-stream") {
+            Self::Sse
+        } else if is("application/json") {
+            Self::Json
+        } else {
+            Self::Other(String::from_utf8_lossy(text).to_ascii_lowercase())
+        }
+    }
+}
+
 impl Session {
     /// The session's headers: the configured ones, the session id and protocol
     /// version once known.
@@ -299,12 +326,7 @@ impl Session {
             self.expired.cancel();
             return fail("the backend session expired; reconnecting".into());
         }
-        let ctype = resp
-            .headers()
-            .get(CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-            .to_ascii_lowercase();
+        let ctype = Answered::of(resp.headers().get(CONTENT_TYPE));
         let body = resp.into_body();
         if !status.is_success() {
             let body = match lease.read_body(body, self.core.max_message_bytes).await {
@@ -342,7 +364,7 @@ impl Session {
             }
             return;
         }
-        if ctype.starts_with("text/event-stream") {
+        if ctype == Answered::Sse {
             let mut last_id = None;
             let mut retry = DEFAULT_RETRY;
             if self
@@ -352,7 +374,7 @@ impl Session {
                 self.client.release(lease);
             }
             self.resume(request_id, last_id, retry).await;
-        } else if ctype.starts_with("application/json") {
+        } else if ctype == Answered::Json {
             match lease.read_body(body, self.core.max_message_bytes).await {
                 Ok(body) => {
                     self.client.release(lease);
@@ -361,6 +383,10 @@ impl Session {
                 Err(e) => fail(e),
             }
         } else {
+            let ctype = match ctype {
+                Answered::Other(t) => t,
+                _ => String::new(),
+            };
             fail(format!("unexpected content type `{ctype}`"));
         }
     }
@@ -745,5 +771,22 @@ struct LiveSession<'a>(&'a Core);
 impl Drop for LiveSession<'_> {
     fn drop(&mut self) {
         *self.0.http.write() = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_answer_is_read_by_its_content_type_whatever_its_case_and_parameters() {
+        let of = |t: &'static str| Answered::of(Some(&HeaderValue::from_static(t)));
+        assert_eq!(of("text/event-stream"), Answered::Sse);
+        assert_eq!(of("Text/Event-Stream; charset=utf-8"), Answered::Sse);
+        assert_eq!(of("application/json"), Answered::Json);
+        assert_eq!(of("APPLICATION/JSON;charset=UTF-8"), Answered::Json);
+        assert_eq!(of("Text/HTML"), Answered::Other("text/html".into()));
+        assert_eq!(of("text/event"), Answered::Other("text/event".into()));
+        assert_eq!(Answered::of(None), Answered::Other(String::new()));
     }
 }
