@@ -332,10 +332,11 @@ pub fn routes(app: Arc<App>) -> axum::Router {
 /// its handler: the router would look its path up, put the matched path, the
 /// original URI and the (no) path parameters into the request's extensions, clone a
 /// boxed service and box the handler's future again, about 2.5 k instructions and
-/// six allocations on every call (BENCHMARKS.md); and the connection's peer, which
-/// the router's handlers find in an extension map allocated for each request, is
-/// handed to it as it is. Everything else goes through the router, which still holds the MCP route too: the same handler, and a path that
-/// would collide with another route is refused when the routes are built, as before.
+/// six allocations on every call (BENCHMARKS.md). The handler is also handed the
+/// connection's peer as it is, where the router's handlers find it in an extension
+/// map allocated for each request. Everything else goes through the router, which
+/// still holds the MCP route too: the same handler, and a path that would collide
+/// with another route is refused when the routes are built, as before.
 #[derive(Clone)]
 pub(crate) struct Surface {
     app: Arc<App>,
