@@ -362,8 +362,8 @@ impl conn::Serve for Surface {
         req: hyper::Request<hyper::body::Incoming>,
         peer: std::net::SocketAddr,
     ) -> Self::Future {
-        let mut req = req.map(axum::body::Body::new);
         if req.uri().path() == self.app.cfg.server.path {
+            let req = req.map(axum::body::Body::new);
             // The peer goes to the handler as it is: no extension map per request.
             let app = self.app.clone();
             let head = req.method() == axum::http::Method::HEAD;
@@ -374,9 +374,7 @@ impl conn::Serve for Surface {
                 ))
             }))
         } else {
-            req.extensions_mut()
-                .insert(axum::extract::ConnectInfo(peer));
-            futures::future::Either::Right(tower::Service::call(&mut self.routes.clone(), req))
+            futures::future::Either::Right(conn::Serve::serve(&self.routes, req, peer))
         }
     }
 }
