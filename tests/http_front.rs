@@ -151,6 +151,7 @@ async fn sse_response_with_priming_event_and_event_ids() {
         "content-type {}",
         r.content_type()
     );
+    assert_stream_not_cached_or_buffered(&r.headers);
     let events = sse_events(&r.raw);
     assert!(events.len() >= 2, "expected priming + response: {}", r.raw);
     // 2025-11-25: the first event primes reconnection: an id and empty data.
@@ -181,6 +182,15 @@ async fn sse_response_with_priming_event_and_event_ids() {
         .response(&json!(6))
         .unwrap_or_else(|| panic!("no response: {}", r.raw));
     assert_eq!(text_of(resp), "done");
+}
+
+/// What a proxy between Gantry and its client must be told of an SSE answer, whole or
+/// live: not to cache or transform it, and (nginx) not to hold it back in a buffer.
+fn assert_stream_not_cached_or_buffered(h: &reqwest::header::HeaderMap) {
+    let cache = h.get("cache-control").and_then(|v| v.to_str().ok());
+    assert_eq!(cache, Some("no-cache, no-transform"), "{h:?}");
+    let buffering = h.get("x-accel-buffering").and_then(|v| v.to_str().ok());
+    assert_eq!(buffering, Some("no"), "{h:?}");
 }
 
 /// A call that completes at once is still an SSE response (priming event first, for
@@ -216,6 +226,7 @@ async fn quick_answers_and_streamed_answers_are_both_sse() {
         quick.headers
     );
     assert!(quick.headers.get("connection").is_none_or(|v| v != "close"));
+    assert_stream_not_cached_or_buffered(&quick.headers);
     assert_eq!(text_of(quick.response(&json!(1)).unwrap()), "q");
     // A large answer is sent after its framing as it is: the length announced is the
     // body's, and the text comes back whole, twice on the same connection.
@@ -229,6 +240,7 @@ async fn quick_answers_and_streamed_answers_are_both_sse() {
             )
             .await;
         assert!(big.content_type().starts_with("text/event-stream"));
+        assert_stream_not_cached_or_buffered(&big.headers);
         assert_eq!(big.event_ids.len(), 2, "priming event and response");
         let length = big.headers.get("content-length").expect("content-length");
         assert_eq!(length.to_str().unwrap(), big.raw.len().to_string());
@@ -244,6 +256,7 @@ async fn quick_answers_and_streamed_answers_are_both_sse() {
     assert!(with_progress
         .content_type()
         .starts_with("text/event-stream"));
+    assert_stream_not_cached_or_buffered(&with_progress.headers);
     let progress = with_progress
         .messages
         .iter()

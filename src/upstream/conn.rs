@@ -95,26 +95,38 @@ impl Conn {
         // Time spent queued for an in-flight slot counts against the request timeout.
         let timeout = ctx.timeout.unwrap_or(self.core.request_timeout);
         let deadline = tokio::time::Instant::now() + timeout;
+        // Whether any wait below suspended (else all of `timeout` is left: the clock
+        // is not read again).
+        let mut waited = false;
         // Each wait below is taken without suspending when it need not wait (nearly
         // always), and boxed when it must: this future is part of every call's, which
         // is allocated and moved per request, so what is rare is kept out of it.
         let _in_use = match &self.core.idle {
             Some(idle) => Some(match idle.try_enter() {
                 Some(in_use) => in_use,
-                None => Box::pin(idle.enter()).await,
+                None => {
+                    waited = true;
+                    Box::pin(idle.enter()).await
+                }
             }),
             None => None,
         };
         let _permit = match &self.core.slots {
             Some((sem, _)) => match sem.try_acquire() {
                 Ok(p) => Some(p),
-                Err(_) => Box::pin(self.in_flight_permit(ctx, deadline, timeout)).await?,
+                Err(_) => {
+                    waited = true;
+                    Box::pin(self.in_flight_permit(ctx, deadline, timeout)).await?
+                }
             },
             None => None,
         };
         let (gen, info) = match self.core.ready_now() {
             Some(ready) => ready,
-            None => Box::pin(self.core.wait_ready(&ctx.cancel)).await?,
+            None => {
+                waited = true;
+                Box::pin(self.core.wait_ready(&ctx.cancel)).await?
+            }
         };
         // The trace context the backend gets: the hop's span when tracing is on (in
         // `_meta` and, for HTTP, the headers), else the client's, passed on as is.
@@ -151,7 +163,11 @@ impl Conn {
                     for_session_era(params).into(),
                     Some(ctx.sink.clone()),
                     &ctx.cancel,
-                    deadline.saturating_duration_since(tokio::time::Instant::now()),
+                    if waited {
+                        deadline.saturating_duration_since(tokio::time::Instant::now())
+                    } else {
+                        timeout
+                    },
                     trace_headers,
                 )
                 .await
