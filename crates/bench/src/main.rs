@@ -643,7 +643,18 @@ async fn run(cli: Cli) -> Result<bool> {
             c.push(r);
         }
     }
-    let results: Vec<CellResult> = by_cell.into_iter().filter_map(median_round).collect();
+    let paired: Vec<Option<Paired>> = (0..cells.len())
+        .map(|i| paired_p50(&cells, &by_cell, i))
+        .collect();
+    let results: Vec<CellResult> = by_cell
+        .into_iter()
+        .zip(paired)
+        .filter_map(|(rounds, paired)| {
+            let mut r = median_round(rounds)?;
+            r.paired_p50 = paired;
+            Some(r)
+        })
+        .collect();
     let idle = if cli.idle_sessions > 0 {
         eprintln!(
             "idle sessions: opening {} against gantry (shared)",
@@ -704,6 +715,51 @@ struct CellResult {
     backend_lists: Option<u64>,
     /// `--rounds` > 1: the lowest and highest calls/s over the rounds.
     range: Option<(f64, f64)>,
+    /// `--rounds` > 1: its p50 ÷ `direct`'s p50, round by round.
+    paired_p50: Option<Paired>,
+}
+
+/// A ratio taken within each round (a row against `direct` measured minutes apart
+/// in the same round, not against `direct`'s median round): its median and range.
+#[derive(Clone, Copy)]
+struct Paired {
+    median: f64,
+    lo: f64,
+    hi: f64,
+}
+
+/// Cell `i`'s p50 ÷ `direct`'s at the same N, P and era, round by round (rounds in
+/// which either failed left out); `None` for `direct` itself, with one round, or
+/// with no `direct` cell.
+fn paired_p50(
+    cells: &[(usize, usize, Target, bool)],
+    by_cell: &[Vec<CellResult>],
+    i: usize,
+) -> Option<Paired> {
+    let &(n, p, target, stateless) = cells.get(i)?;
+    if target == Target::Direct {
+        return None;
+    }
+    let j = cells
+        .iter()
+        .position(|&(dn, dp, t, ds)| (dn, dp, t, ds) == (n, p, Target::Direct, stateless))?;
+    let ok = |r: &&CellResult| r.failed.is_none() && r.p50_us > 0;
+    let mut ratios: Vec<f64> = by_cell
+        .get(i)?
+        .iter()
+        .zip(by_cell.get(j)?)
+        .filter(|(a, b)| ok(a) && ok(b))
+        .map(|(a, b)| a.p50_us as f64 / b.p50_us as f64)
+        .collect();
+    if ratios.len() < 2 {
+        return None;
+    }
+    ratios.sort_by(f64::total_cmp);
+    Some(Paired {
+        median: *ratios.get(ratios.len() / 2)?,
+        lo: *ratios.first()?,
+        hi: *ratios.last()?,
+    })
 }
 
 impl CellResult {
@@ -731,6 +787,7 @@ impl CellResult {
             failed: None,
             backend_lists: None,
             range: None,
+            paired_p50: None,
         }
     }
 
@@ -1835,9 +1892,13 @@ fn report(
                 }
             ),
             format!(
-                "{}{}",
+                "{}{}{}",
                 fmt_ms(r.p50_us),
-                fmt_ratio(r.p50_us as f64, base.map(|b| b.p50_us as f64))
+                fmt_ratio(r.p50_us as f64, base.map(|b| b.p50_us as f64)),
+                r.paired_p50
+                    .filter(|_| base.is_some())
+                    .map(|q| format!(" {{{:.2}× [{:.2}–{:.2}]}}", q.median, q.lo, q.hi))
+                    .unwrap_or_default()
             ),
             format!(
                 "{}{}",
@@ -1874,7 +1935,7 @@ fn report(
         "{}{}{}{} s measured after {} s warm-up per row; {} CPUs; load generator on {} thread(s) (\"bench busy\": the share of them it kept busy; at ≥ {:.0} % the row is generator-bound and gets no ratios); CLK_TCK {}; Accept: {}; CPU and RSS are of the server process tree, \"root proc\" of the server process alone (gantry's supervisor and gateway without its backends; its ratio is to `direct`'s CPU per call); ratios are to `direct` at the same N and P{}",
         if cli.rounds > 1 {
             format!(
-                "median of {} interleaved rounds (the round with the median calls/s; [range] of calls/s over the rounds); ",
+                "median of {} interleaved rounds (the round with the median calls/s; [range] of calls/s over the rounds; {{p50 ÷ direct's p50 in the same round: median [range] over the rounds}}); ",
                 cli.rounds
             )
         } else {
@@ -2737,8 +2798,46 @@ pub(crate) fn on_stdin_end(end: fn() -> !) -> Result<()> {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
-    use super::{payload, Pace};
+    use super::{paired_p50, payload, CellResult, Pace, Target};
     use std::time::Duration;
+
+    fn round(target: Target, p50_us: u64, failed: bool) -> CellResult {
+        let mut r = CellResult::empty(target, false, 1, 100);
+        r.p50_us = p50_us;
+        r.failed = failed.then(|| "down".to_owned());
+        r
+    }
+
+    /// Each round's row is divided by `direct` of that same round, whatever round
+    /// `direct` had its median in; failed rounds are left out.
+    #[test]
+    fn p50_ratios_are_taken_round_by_round() {
+        let direct = Target::Direct;
+        let http = Target::Gantry("http");
+        let cells = [(1, 100, direct, false), (1, 100, http, false)];
+        let by_cell = [
+            vec![
+                round(direct, 50, false),
+                round(direct, 100, false),
+                round(direct, 80, false),
+                round(direct, 60, true),
+            ],
+            vec![
+                round(http, 80, false),
+                round(http, 150, false),
+                round(http, 100, false),
+                round(http, 70, false),
+            ],
+        ];
+        let q = paired_p50(&cells, &by_cell, 1).unwrap();
+        // 80/50, 150/100, 100/80 (the last round's direct failed).
+        assert!((q.lo - 1.25).abs() < 1e-9, "{}", q.lo);
+        assert!((q.median - 1.5).abs() < 1e-9, "{}", q.median);
+        assert!((q.hi - 1.6).abs() < 1e-9, "{}", q.hi);
+        assert!(paired_p50(&cells, &by_cell, 0).is_none(), "direct itself");
+        let one_round = [vec![round(direct, 50, false)], vec![round(http, 80, false)]];
+        assert!(paired_p50(&cells, &one_round, 1).is_none(), "one round");
+    }
 
     /// The filler as first defined, a byte at a time.
     fn reference(size: usize, client: usize, seq: u64) -> String {
