@@ -166,6 +166,39 @@ async fn in_flight_limit_queues_then_refuses() {
     assert!(err["message"].as_str().unwrap().contains("busy"), "{busy}");
 }
 
+/// A request queued for a backend's in-flight slot spends its own time waiting: it
+/// times out `request_timeout` after it was sent, not after it got the slot.
+#[tokio::test]
+async fn a_queued_requests_wait_counts_against_its_timeout() {
+    let g = gantry()
+        .backend(pooled("max_in_flight = 1, queue = 1").set("request_timeout = \"1500ms\""))
+        .start();
+    let mut c = g.client();
+    c.initialize().await;
+    let first = c.call_tool(json!(1), "slow", json!({"ms": 1000}));
+    let second = async {
+        assert!(metric_until(&g, "gantry_calls_in_flight", |n| n == 1.0).await);
+        let sent = Instant::now();
+        // About 1 s queued, then 1 s running: past 1.5 s in all, within 1.5 s of
+        // getting the slot.
+        let r = c.call_tool(json!(2), "slow", json!({"ms": 1000})).await;
+        (r, sent.elapsed())
+    };
+    let (a, (b, took)) = tokio::join!(first, second);
+    assert_eq!(a["result"]["content"][0]["text"], "done", "{a}");
+    let err = assert_rpc_error(&b, -32001, Some("example"));
+    // The limit the client is told of is the configured one.
+    let message = err["message"].as_str().unwrap();
+    assert!(
+        message.contains("1.5s") || message.contains("1500ms"),
+        "{b}"
+    );
+    assert!(
+        took < Duration::from_millis(1900),
+        "timed out {took:?} after it was sent: its wait for the slot did not count"
+    );
+}
+
 /// An idle session expires like a DELETEd one: its backend process (and the
 /// process's group) goes, and the reaping is counted in the metrics.
 #[tokio::test]
