@@ -68,7 +68,7 @@ pub(crate) fn sse_response(
         let _counted = &open;
         chunk
     });
-    with_sse_headers(HttpResponse::new(Body::from_stream(body)))
+    sse_of(Body::from_stream(body))
 }
 
 /// A complete body sent as its parts, each handed to the connection as it is (hyper
@@ -127,14 +127,14 @@ pub(super) fn sse_message_body(mut head: String, id: Option<&str>, data: String)
     };
     head.reserve(framed + 48 + id.map_or(0, str::len));
     if !crate::sse::push_message_event_or_head(&mut head, id, &data) {
-        return with_sse_headers(HttpResponse::new(Body::from(head)));
+        return sse_of(Body::from(head));
     }
     let parts = [
         bytes::Bytes::from(head),
         bytes::Bytes::from(data),
         bytes::Bytes::from_static(crate::sse::EVENT_END.as_bytes()),
     ];
-    with_sse_headers(HttpResponse::new(Body::new(Parts::new(parts))))
+    sse_of(Body::new(Parts::new(parts)))
 }
 
 /// [`sse_message_body`] of a response: a large result or error (one with no raw
@@ -157,7 +157,7 @@ pub(super) fn sse_response_body(
         value.into_bytes(),
         bytes::Bytes::from_static(b"}\n\n"),
     ];
-    with_sse_headers(HttpResponse::new(Body::new(Parts::new(parts))))
+    sse_of(Body::new(Parts::new(parts)))
 }
 
 /// A JSON response of `resp`, a large result or error sent after its envelope as it
@@ -206,37 +206,29 @@ impl Apart {
     }
 }
 
-/// Marks a response as an SSE stream (type, no caching, no proxy buffering).
-pub(super) fn with_sse_headers(mut resp: HttpResponse) -> HttpResponse {
+/// An SSE response of `body` (type, no caching, no proxy buffering).
+pub(super) fn sse_of(body: Body) -> HttpResponse {
     // Every SSE answer has these three: a copy of a map made once costs a third of
     // building it (hashing each name, growing the map) per response.
-    static SSE: std::sync::LazyLock<header::HeaderMap> = std::sync::LazyLock::new(|| {
-        let mut h = header::HeaderMap::with_capacity(3);
-        put_sse_headers(&mut h);
+    static SSE: std::sync::LazyLock<HeaderMap> = std::sync::LazyLock::new(|| {
+        // A constant name: not parsed from a string.
+        const X_ACCEL_BUFFERING: header::HeaderName =
+            header::HeaderName::from_static("x-accel-buffering");
+        let mut h = HeaderMap::with_capacity(3);
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/event-stream"),
+        );
+        h.insert(
+            header::CACHE_CONTROL,
+            HeaderValue::from_static("no-cache, no-transform"),
+        );
+        h.insert(X_ACCEL_BUFFERING, HeaderValue::from_static("no"));
         h
     });
-    let h = resp.headers_mut();
-    if h.is_empty() {
-        h.clone_from(&SSE);
-    } else {
-        put_sse_headers(h);
-    }
+    let mut resp = HttpResponse::new(body);
+    *resp.headers_mut() = SSE.clone();
     resp
-}
-
-fn put_sse_headers(h: &mut header::HeaderMap) {
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    h.insert(
-        header::CACHE_CONTROL,
-        HeaderValue::from_static("no-cache, no-transform"),
-    );
-    // A constant name: not parsed from a string per response.
-    const X_ACCEL_BUFFERING: header::HeaderName =
-        header::HeaderName::from_static("x-accel-buffering");
-    h.insert(X_ACCEL_BUFFERING, HeaderValue::from_static("no"));
 }
 
 /// The request headers the MCP endpoint reads, found in one pass over them: a

@@ -11,7 +11,7 @@ use crate::front::edge::quota_key;
 use crate::front::http::json_response;
 use crate::front::http::json_response_of;
 use crate::front::http::read_body;
-use crate::front::http::with_sse_headers;
+use crate::front::http::sse_of;
 use crate::front::http::Accepts;
 use crate::front::http::Heads;
 use crate::front::http::{sse_response, SseKind};
@@ -295,9 +295,7 @@ pub(super) async fn initialize(
     let mut resp = if accepts.json {
         json_response(body)
     } else {
-        with_sse_headers(HttpResponse::new(Body::from(crate::sse::message_event(
-            None, &body,
-        ))))
+        sse_of(Body::from(crate::sse::message_event(None, &body)))
     };
     if failed {
         app.sessions.end(&session.id).await;
