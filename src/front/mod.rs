@@ -16,6 +16,7 @@ mod legacy;
 
 mod origin;
 pub mod own_wakes;
+mod quick;
 mod session_era;
 mod stateless;
 pub mod tls;
@@ -72,6 +73,8 @@ pub struct App {
     stopping: AtomicBool,
     /// Stateless-era calls waiting for their client's input.
     mrtr: stateless::Mrtr<stateless::Running>,
+    /// The quick windows of session-era calls run inline.
+    quick: quick::Windows,
     /// Each principal's route to the backends for its stateless-era requests.
     stateless: dashmap::DashMap<String, Arc<tokio::sync::OnceCell<Arc<stateless::Internal>>>>,
 }
@@ -221,6 +224,7 @@ impl App {
             calls: AtomicUsize::new(0),
             stopping: AtomicBool::new(false),
             mrtr: stateless::Mrtr::new(cfg.server.input_timeout),
+            quick: quick::Windows::default(),
             stateless: dashmap::DashMap::new(),
             cfg,
         }))

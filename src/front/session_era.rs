@@ -532,8 +532,9 @@ pub(super) async fn single(
     }
     let stream = session.open_stream();
     // The call runs right here while it is quick (no task hop); if it sends anything
-    // before its response, or is still running after QUICK_WINDOW, it moves to its
-    // own task and the client gets the live, resumable stream from its first event.
+    // before its response, or is still running after its quick window (16–32 ms), it
+    // moves to its own task and the client gets the live, resumable stream from its
+    // first event.
     // Dropping the handler (the client went away) also moves it: a disconnect is not
     // a cancellation.
     let mut call = InlineCall {
@@ -546,7 +547,7 @@ pub(super) async fn single(
         Some(fut) => tokio::select! {
             biased;
             resp = fut => Some(resp),
-            _ = stream.wait_event(QUICK_WINDOW) => None,
+            _ = stream.wait_event(app.quick.window()) => None,
         },
         None => None,
     };
@@ -604,9 +605,6 @@ fn quick_head(app: &App, session: &Session, stream: &EventStream, len: usize) ->
     id.push_str("_1");
     (body, id)
 }
-
-/// How long a request may run inline and be answered in one write rather than streamed.
-pub(super) const QUICK_WINDOW: Duration = Duration::from_millis(25);
 
 /// A call being run inline by its HTTP handler; if dropped unfinished, it moves to
 /// its own task, which writes its response into `stream`.

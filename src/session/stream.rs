@@ -152,9 +152,9 @@ impl EventStream {
         self.notify.notify_waiters();
     }
 
-    /// Waits up to `window` until the stream holds an event or is closed.
-    pub async fn wait_event(&self, window: Duration) {
-        let deadline = tokio::time::Instant::now() + window;
+    /// Waits until the stream holds an event or is closed, or `until` is ready.
+    pub async fn wait_event(&self, until: impl std::future::Future<Output = ()>) {
+        tokio::pin!(until);
         loop {
             let notified = self.notify.notified();
             tokio::pin!(notified);
@@ -165,8 +165,10 @@ impl EventStream {
                     return;
                 }
             }
-            if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                return;
+            tokio::select! {
+                biased;
+                _ = notified => {}
+                _ = &mut until => return,
             }
         }
     }
