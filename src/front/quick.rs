@@ -6,10 +6,10 @@
 //! almost never ends on the fast path, yet a runtime timer per call costs the timer
 //! driver's lock twice (in, then out) and, because a 25 ms timer is usually the
 //! runtime's earliest, a write to its eventfd so that the parked worker waits less:
-//! one system call per call, more than the whole call's other work in the kernel but
-//! its four reads and writes. Here a call takes a place in a slab; one task ticks every
-//! [`TICK`] while windows were opened in the last second (then it stops, so an idle
-//! gateway is not woken), and wakes the calls whose window has passed.
+//! one system call per call beside the call's four reads and writes. Here a call
+//! takes a place in a slab; one task ticks every [`TICK`] while windows were opened
+//! in the last second (then it stops, so an idle gateway is not woken), and wakes the
+//! calls whose window has passed.
 
 use parking_lot::Mutex;
 use slab::Slab;
@@ -38,7 +38,7 @@ struct State {
     open: Slab<Open>,
     /// Whether a task is ticking.
     ticking: bool,
-    /// Ticks in a row in which no window was opened.
+    /// Ticks since a window was last opened, counted while none is open.
     idle: u32,
 }
 
