@@ -4,29 +4,47 @@
 //! poll of a waiting registration locks the token's waiter list to compare wakers. On
 //! the hot path (a connection's stop and kill tokens, a call's cancellation) that was
 //! a dozen locks per relayed call for tokens that are almost never cancelled.
-//! [`Cancelled`] registers once; later polls with the same waker are one atomic load.
+//! [`Cancelled`] registers once, with a waker that notes being woken before it wakes
+//! the task; later polls with the same task waker load that note (the token's own
+//! `is_cancelled` locks a mutex).
 
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{Context, Poll, Waker};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
 pin_project_lite::pin_project! {
     /// Completes when `token` is cancelled (at once if it already is).
     pub struct Cancelled<'a> {
-        token: &'a CancellationToken,
         #[pin]
         wait: WaitForCancellationFuture<'a>,
-        // The waker the registration holds: a poll with one that would wake the same
-        // task need not touch the registration.
-        registered: Option<Waker>,
+        // The waker the registration holds, once registered.
+        registered: Option<Arc<Noting>>,
+    }
+}
+
+/// A task's waker that notes it was woken (only a cancellation wakes it).
+struct Noting {
+    woken: AtomicBool,
+    task: Waker,
+}
+
+impl Wake for Noting {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woken.store(true, Ordering::Release);
+        self.task.wake_by_ref();
     }
 }
 
 impl<'a> Cancelled<'a> {
     pub fn new(token: &'a CancellationToken) -> Self {
         Self {
-            token,
             wait: token.cancelled(),
             registered: None,
         }
@@ -38,20 +56,22 @@ impl Future for Cancelled<'_> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let this = self.project();
-        if let Some(w) = this.registered.as_ref() {
-            if w.will_wake(cx.waker()) {
-                // The token sets its flag before it wakes its waiters.
-                return if this.token.is_cancelled() {
-                    Poll::Ready(())
-                } else {
-                    Poll::Pending
-                };
+        if let Some(n) = this.registered.as_ref() {
+            // Not woken, and a wake of it reaches this task: nothing to ask.
+            if n.task.will_wake(cx.waker()) && !n.woken.load(Ordering::Acquire) {
+                return Poll::Pending;
             }
         }
-        match this.wait.poll(cx) {
+        // The first poll, another task waker, or woken: the wait itself is asked.
+        let noting = Arc::new(Noting {
+            woken: AtomicBool::new(false),
+            task: cx.waker().clone(),
+        });
+        let waker = Waker::from(noting.clone());
+        match this.wait.poll(&mut Context::from_waker(&waker)) {
             Poll::Ready(()) => Poll::Ready(()),
             Poll::Pending => {
-                *this.registered = Some(cx.waker().clone());
+                *this.registered = Some(noting);
                 Poll::Pending
             }
         }

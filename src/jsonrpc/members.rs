@@ -41,24 +41,36 @@ pub fn last_named<'a>(
 /// long as `name` names it only if it is `name` verbatim with no escape, a shorter one
 /// never does, and a longer one only if it has an escape and starts as `name` does
 /// or with an escape.
+#[inline(always)]
 pub fn key_is(written: &str, name: &str) -> bool {
+    // Inlined where keys are compared one after another (a call's params, their
+    // `_meta`): most keys differ in length and are told apart by one comparison.
+    let (w, n) = (written.as_bytes(), name.as_bytes());
+    match w.len().cmp(&(n.len() + 2)) {
+        std::cmp::Ordering::Less => false,
+        std::cmp::Ordering::Equal => {
+            w.first() == Some(&b'"')
+                && w.last() == Some(&b'"')
+                && w.get(1..w.len() - 1) == Some(n)
+                && !n.contains(&b'\\')
+        }
+        std::cmp::Ordering::Greater => escaped_key_is(written, name),
+    }
+}
+
+/// [`key_is`] of a key written longer than `name`: it names it only with an escape.
+#[inline(never)]
+fn escaped_key_is(written: &str, name: &str) -> bool {
     let [b'"', k @ .., b'"'] = written.as_bytes() else {
         return false;
     };
-    let n = name.as_bytes();
-    match k.len().cmp(&n.len()) {
-        std::cmp::Ordering::Equal => k == n && !k.contains(&b'\\'),
-        std::cmp::Ordering::Less => false,
-        std::cmp::Ordering::Greater => {
-            let may_start = match (k.first(), n.first()) {
-                (Some(&a), Some(&b)) => a == b || a == b'\\',
-                _ => false,
-            };
-            may_start
-                && k.contains(&b'\\')
-                && serde_json::from_str::<String>(written).is_ok_and(|k| k == name)
-        }
-    }
+    let may_start = match (k.first(), name.as_bytes().first()) {
+        (Some(&a), Some(&b)) => a == b || a == b'\\',
+        _ => false,
+    };
+    may_start
+        && k.contains(&b'\\')
+        && serde_json::from_str::<String>(written).is_ok_and(|k| k == name)
 }
 
 /// Whether a key as written (quotes and any escapes included) starts with `prefix`

@@ -459,6 +459,24 @@ pub fn request_head(id: &RequestId, method: &str) -> String {
 /// What ends a request written after [`request_head`] and its params.
 pub const REQUEST_END: &str = "}";
 
+/// The method of a request Gantry wrote ([`request_json`], [`request_head`]) with a
+/// numeric id, as written (quoted): read from where the head puts it, not searched
+/// for. `None` for any other text.
+pub fn written_request_method(line: &str) -> Option<&str> {
+    let rest = line
+        .as_bytes()
+        .strip_prefix(b"{\"jsonrpc\":\"2.0\",\"id\":")?;
+    let digits = rest.iter().take_while(|c| c.is_ascii_digit()).count();
+    let name = rest.get(digits..)?.strip_prefix(b",\"method\":\"")?;
+    // A method name is short: a plain loop beats a vector search.
+    let len = name.iter().position(|&c| c == b'"' || c == b'\\')?;
+    if name.get(len) != Some(&b'"') {
+        return None;
+    }
+    let open = line.len() - name.len() - 1;
+    line.get(open..open + len + 2)
+}
+
 fn push_request_head(out: &mut String, id: &RequestId, method: &str) {
     out.push_str("{\"jsonrpc\":\"2.0\",\"id\":");
     out.push_str(id.raw().get());
@@ -702,6 +720,16 @@ pub fn meta_mentions(params: &Raw, needle: &Needle) -> bool {
     meta_in(params.get(), params.members(), needle)
 }
 
+/// Whether the `_meta` object of raw params may have a member named `key` (`needle`
+/// is that name's searcher), the cheap test before reading it: exact from the
+/// members the message's check kept (a few keys compared), else [`meta_mentions`].
+pub fn meta_may_name(params: &Raw, key: &str, needle: &Needle) -> bool {
+    match params.any_key(|_| false, |k| members::key_is(k, key)) {
+        Some(found) => found,
+        None => meta_mentions(params, needle),
+    }
+}
+
 /// [`meta_mentions`] for params Gantry wrote itself (valid JSON by construction).
 pub fn written_meta_mentions(params: &str, needle: &Needle) -> bool {
     meta_in(params, members::members(params), needle)
@@ -732,6 +760,28 @@ pub fn surely_lacks(text: &str, needles: &[&Needle]) -> bool {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
     use super::*;
+
+    #[test]
+    fn the_method_of_a_written_request_is_read_from_its_head() {
+        let id = RequestId::from_u64(42);
+        for method in ["server/discover", "tools/call", "a\"b"] {
+            let want = serde_json::to_string(method).unwrap();
+            // An escape ends the plain read: not a method Gantry looks for.
+            let want = (!method.contains('"')).then_some(want.as_str());
+            let line = request_json(&id, method, Some(r#"{"x":"\"server/discover\""}"#));
+            assert_eq!(written_request_method(&line), want, "{line}");
+            assert_eq!(written_request_method(&request_head(&id, method)), want);
+        }
+        for other in [
+            r#"{"jsonrpc":"2.0","method":"server/discover"}"#,
+            r#"{"jsonrpc":"2.0","id":"1","method":"server/discover"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"method":"server/discover"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"server/discover"#,
+            "",
+        ] {
+            assert_eq!(written_request_method(other), None, "{other}");
+        }
+    }
 
     #[test]
     fn keeps_id_types_apart_and_exact() {

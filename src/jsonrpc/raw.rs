@@ -288,6 +288,41 @@ impl Raw {
             .unwrap_or_else(|| RawMembers(Inner::Walk(super::members::members(value))))
     }
 
+    /// Whether a top-level key (as written) passes `top`, or a key of the object
+    /// value of `_meta` passes `meta`, answered from the members the check that made
+    /// this `Raw` kept ([`Raw::params_of`]): a look at a few keys, where a search of
+    /// the text costs a vector scan per needle. `None` when they are not at hand (a
+    /// `Raw` not made by that check, a large one indexed later without its `_meta`,
+    /// a `_meta` named more than once or written with escapes): the caller then
+    /// searches or walks the text.
+    pub fn any_key(&self, top: impl Fn(&str) -> bool, meta: impl Fn(&str) -> bool) -> Option<bool> {
+        let index = self.index.get()?;
+        let part = |(from, to): (u32, u32)| self.text.get(from as usize..to as usize);
+        let mut meta_value = None;
+        for span in index.members.as_ref()? {
+            let key = part(span.key)?;
+            if top(key) {
+                return Some(true);
+            }
+            if super::members::key_is(key, "_meta") && meta_value.replace(span.value).is_some() {
+                return None;
+            }
+        }
+        let Some(value) = meta_value else {
+            return Some(false);
+        };
+        if !part(value)?.starts_with('{') {
+            // Not an object: no keys.
+            return Some(false);
+        }
+        match &index.nested {
+            Some((at, spans)) if *at == value.0 => {
+                Some(spans.iter().any(|s| part(s.key).is_some_and(&meta)))
+            }
+            _ => None,
+        }
+    }
+
     /// The members of `value`, the object value of one of this object's members
     /// (a slice of [`Raw::get`]), if the check that made this `Raw` found them
     /// (a request's `_meta`, see [`Raw::params_of`]).
@@ -1137,6 +1172,24 @@ mod tests {
                 if *k == "\"_meta\"" {
                     prop_assert!(raw.nested_members(v).is_some(), "{}", text);
                 }
+            }
+            // Keys looked at through what the check kept agree with a walk of every
+            // `_meta`; with one `_meta` written plainly they are answered.
+            use crate::jsonrpc::members::{key_is, key_starts_with, members};
+            let top = |k: &str| key_is(k, "name");
+            let meta = |k: &str| key_is(k, "a") || key_starts_with(k, "p");
+            let walk = walked.iter().any(|(k, _)| top(k))
+                || walked
+                    .iter()
+                    .filter(|(k, v)| key_is(k, "_meta") && v.starts_with('{'))
+                    .any(|(_, v)| members(v).any(|(k, _)| meta(k)));
+            let metas: Vec<_> = walked.iter().filter(|(k, _)| key_is(k, "_meta")).collect();
+            match raw.any_key(top, meta) {
+                Some(found) => prop_assert_eq!(found, walk, "{}", text),
+                None => prop_assert!(
+                    metas.len() > 1 || metas.iter().any(|(k, _)| *k != "\"_meta\""),
+                    "not answered: {}", text
+                ),
             }
         }
     }

@@ -237,7 +237,7 @@ pub fn from_meta(params: Option<&Raw>) -> Option<W3c> {
     }
     let raw = params?;
     // Most requests carry none: not worth parsing for.
-    if !crate::jsonrpc::meta_mentions(raw, crate::needle!("traceparent")) {
+    if !crate::jsonrpc::meta_may_name(raw, "traceparent", crate::needle!("traceparent")) {
         return None;
     }
     let p: Params = serde_json::from_str(raw.get()).ok()?;

@@ -26,19 +26,26 @@ const MAX_INPUT_ROUNDS: usize = 16;
 pub(super) fn for_session_era(params: Option<Raw>) -> Option<Raw> {
     use crate::jsonrpc::members::{key_is, key_starts_with, ObjectWriter};
     let raw = params?;
-    let needles = [
-        crate::needle!(META_PREFIX),
-        crate::needle!("inputResponses"),
-        crate::needle!("requestState"),
-    ];
-    if crate::jsonrpc::surely_lacks(raw.get(), &needles) || !raw.get().starts_with('{') {
+    let era_key = |k: &str| key_is(k, "inputResponses") || key_is(k, "requestState");
+    let lacks = match raw.any_key(era_key, |k| key_starts_with(k, META_PREFIX)) {
+        Some(found) => !found,
+        None => {
+            let needles = [
+                crate::needle!(META_PREFIX),
+                crate::needle!("inputResponses"),
+                crate::needle!("requestState"),
+            ];
+            crate::jsonrpc::surely_lacks(raw.get(), &needles)
+        }
+    };
+    if lacks || !raw.get().starts_with('{') {
         return Some(raw);
     }
     let mut out = String::with_capacity(raw.get().len());
     let mut dropped = false;
     let o = ObjectWriter::begin(&mut out);
     for (k, v) in raw.members() {
-        if key_is(k, "inputResponses") || key_is(k, "requestState") {
+        if era_key(k) {
             dropped = true;
         } else if key_is(k, "_meta") && v.starts_with('{') {
             // Written, then taken back if none of its keys is the client's own.
@@ -363,8 +370,23 @@ mod tests {
         Raw::from_string(s.to_owned()).ok()
     }
 
+    /// Params as a request's check keeps them, with their members and `_meta`'s.
+    fn indexed(s: &str) -> Option<Raw> {
+        let text = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{s}}}"#);
+        match crate::jsonrpc::Message::parse(text.as_bytes()) {
+            Ok(crate::jsonrpc::Message::Request(r)) => r.params,
+            _ => None,
+        }
+    }
+
     #[test]
     fn session_era_params_lose_only_what_the_stateless_era_added() {
+        for raw in [raw, indexed] {
+            session_era_params_of(raw);
+        }
+    }
+
+    fn session_era_params_of(raw: fn(&str) -> Option<Raw>) {
         // Arguments keep their exact bytes (spacing, key order, number forms).
         let args = r#"{ "b": 1.50, "a" : [1,2] }"#;
         let params = format!(

@@ -762,7 +762,7 @@ pub(super) fn rewrite_progress_token(
     let Some(raw) = params else {
         return (None, None);
     };
-    if !crate::jsonrpc::meta_mentions(&raw, crate::needle!("progressToken")) {
+    if !crate::jsonrpc::meta_may_name(&raw, "progressToken", crate::needle!("progressToken")) {
         return (Some(raw), None);
     }
     let Ok(mut top) = serde_json::from_str::<indexmap::IndexMap<String, Raw>>(raw.get()) else {

@@ -198,7 +198,8 @@ impl Session {
             return;
         }
         // Session-era traffic is not parsed here (only the era probe gets headers).
-        if !stateless && !crate::jsonrpc::mentions(line, crate::needle!("\"server/discover\"")) {
+        if !stateless && crate::jsonrpc::written_request_method(line) != Some("\"server/discover\"")
+        {
             return;
         }
         // Read in one pass, borrowing: the rest (a tool's arguments) is skipped.
