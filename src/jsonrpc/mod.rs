@@ -730,11 +730,6 @@ pub fn meta_may_name(params: &Raw, key: &str, needle: &Needle) -> bool {
     }
 }
 
-/// [`meta_mentions`] for params Gantry wrote itself (valid JSON by construction).
-pub fn written_meta_mentions(params: &str, needle: &Needle) -> bool {
-    meta_in(params, members::members(params), needle)
-}
-
 fn meta_in<'a>(
     text: &str,
     mut members: impl Iterator<Item = raw::Member<'a>>,

@@ -245,7 +245,15 @@ pub(super) async fn call_stateless(
         headers.push((crate::mcp::header::NAME, v));
     }
     headers.extend(trace_headers);
-    let mut outgoing = Some(OutParams::Written(base));
+    // The written `_meta` holds the params' own keys (the era's restated): a progress
+    // token only if the client's `_meta` has one.
+    let progress = params.as_ref().is_some_and(|p| {
+        crate::jsonrpc::meta_may_name(p, "progressToken", crate::needle!("progressToken"))
+    });
+    let mut outgoing = Some(OutParams::Written {
+        text: base,
+        progress,
+    });
     for _ in 0..MAX_INPUT_ROUNDS {
         // A stateless-era client is answered after the first round: its headers go
         // without a copy.

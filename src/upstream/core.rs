@@ -102,7 +102,9 @@ pub(crate) enum OutParams {
     /// An object Gantry wrote itself around checked text (keys quoted by
     /// [`crate::jsonrpc::push_json_string`], values copied from checked text): valid
     /// by construction, so not parsed again to make a [`Raw`](crate::jsonrpc::Raw) of it.
-    Written(String),
+    /// `progress`: whether its `_meta` may hold a progress token, as the writer
+    /// knows from what it copied (`false` only when it surely holds none).
+    Written { text: String, progress: bool },
 }
 
 impl OutParams {
@@ -111,7 +113,7 @@ impl OutParams {
         match self {
             OutParams::Checked(Some(p)) => p.into_bytes(),
             OutParams::Checked(None) => bytes::Bytes::new(),
-            OutParams::Written(t) => bytes::Bytes::from(t),
+            OutParams::Written { text, .. } => bytes::Bytes::from(text),
         }
     }
 }
@@ -383,16 +385,18 @@ impl Core {
     ) -> Result<Response, UpstreamError> {
         let id = self.next_id();
         let (params, client_progress) = match params {
-            OutParams::Written(text)
-                if !crate::jsonrpc::written_meta_mentions(
-                    &text,
-                    crate::needle!("progressToken"),
-                ) =>
-            {
-                (OutParams::Written(text), None)
-            }
+            OutParams::Written {
+                text,
+                progress: false,
+            } => (
+                OutParams::Written {
+                    text,
+                    progress: false,
+                },
+                None,
+            ),
             // A progress token to rewrite (rare): the params as checked JSON.
-            OutParams::Written(text) => {
+            OutParams::Written { text, .. } => {
                 let (p, c) = rewrite_progress_token(Raw::from_string(text).ok(), id);
                 (OutParams::Checked(p), c)
             }
@@ -429,7 +433,7 @@ impl Core {
         }
         let text = match &params {
             OutParams::Checked(p) => p.as_ref().map(Raw::get),
-            OutParams::Written(t) => Some(t.as_str()),
+            OutParams::Written { text, .. } => Some(text.as_str()),
         };
         // An HTTP backend's POST runs here, beside the wait for its answer: what it
         // relays (progress, requests, the response) reaches the pending table as it

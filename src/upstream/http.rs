@@ -24,6 +24,9 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+/// Headers a POST's map holds without growing (a request's own and a message's).
+const POST_HEADER_ROOM: usize = 12;
+
 /// Attempts to resume one POST stream with `Last-Event-ID` before giving up.
 const MAX_RESUMES: u32 = 5;
 /// Reconnect delay when the server gave no `retry`.
@@ -116,7 +119,11 @@ impl Session {
         if let Some(h) = kept.as_ref() {
             return h.clone();
         }
-        let mut h = self.headers();
+        // Room for the headers a message adds (`Mcp-Method`, `Mcp-Name`, a trace
+        // context, ...): a clone keeps it, so adding them does not grow the table and
+        // rehash it on every request.
+        let mut h = HeaderMap::with_capacity(POST_HEADER_ROOM);
+        h.extend(self.headers());
         h.insert(CONTENT_TYPE, JSON);
         h.insert(ACCEPT, JSON_OR_SSE);
         *kept = Some(h.clone());
