@@ -90,7 +90,7 @@ pub(super) fn for_stateless_era(
     method: &str,
     params: Option<&Raw>,
     client: &crate::call::ClientView,
-) -> (String, Option<String>) {
+) -> StatelessParams {
     use crate::jsonrpc::members::{key_is, string_value, ObjectWriter};
     let text = params.map_or("", Raw::get);
     let mut out = String::with_capacity(text.len() + 256);
@@ -98,13 +98,14 @@ pub(super) fn for_stateless_era(
     let name_field = crate::mcp::header::name_field(method);
     let mut named = None;
     let mut has_meta = false;
+    let mut progress = false;
     if let Some(raw) = params.filter(|p| p.get().starts_with('{')) {
         for (k, v) in raw.members() {
             if key_is(k, "_meta") {
                 has_meta = true;
                 if v.starts_with('{') {
                     o.written_member(&mut out, k, "");
-                    write_stateless_meta(&mut out, raw.members_of(v), client);
+                    progress |= write_stateless_meta(&mut out, raw.members_of(v), client);
                 } else {
                     // Not an object: left as it was written.
                     o.written_member(&mut out, k, v);
@@ -122,18 +123,30 @@ pub(super) fn for_stateless_era(
         write_stateless_meta(&mut out, std::iter::empty(), client);
     }
     o.end(&mut out);
-    (out, named)
+    StatelessParams {
+        text: out,
+        named,
+        progress,
+    }
+}
+
+/// What [`for_stateless_era`] wrote: the params, what names their subject, and
+/// whether their `_meta` holds a progress token (copied from the client's).
+pub(super) struct StatelessParams {
+    pub(super) text: String,
+    pub(super) named: Option<String>,
+    pub(super) progress: bool,
 }
 
 /// The `_meta` object of a request to a stateless-era backend: the params' own keys
 /// (a stateless-era client's `io.modelcontextprotocol/clientInfo` among them), then
 /// those Gantry states itself from the request's view of the client, which replace
-/// the params' copies.
+/// the params' copies. Says whether a progress token was among the keys copied.
 fn write_stateless_meta<'a>(
     out: &mut String,
     meta: impl Iterator<Item = (&'a str, &'a str)>,
     client: &crate::call::ClientView,
-) {
+) -> bool {
     use crate::jsonrpc::members::key_is;
     use crate::mcp::{META_CLIENT_CAPABILITIES, META_LOG_LEVEL, META_PROTOCOL_VERSION};
     let restated = [
@@ -142,8 +155,10 @@ fn write_stateless_meta<'a>(
         META_LOG_LEVEL,
     ];
     let o = crate::jsonrpc::members::ObjectWriter::begin(out);
+    let mut progress = false;
     for (k, v) in meta {
         if !restated.iter().any(|r| key_is(k, r)) {
+            progress |= key_is(k, "progressToken");
             o.written_member(out, k, v);
         }
     }
@@ -156,6 +171,7 @@ fn write_stateless_meta<'a>(
         crate::jsonrpc::push_json_string(out, l);
     }
     o.end(out);
+    progress
 }
 
 /// A stateless-era result as a session-era client expects it: without what only
@@ -224,7 +240,11 @@ pub(super) async fn call_stateless(
         }
         _ => {}
     }
-    let (base, named) = for_stateless_era(method, params.as_ref(), &ctx.client);
+    let StatelessParams {
+        text: base,
+        named,
+        progress,
+    } = for_stateless_era(method, params.as_ref(), &ctx.client);
     let mut headers = match &named {
         Some(tool) if method == "tools/call" && !core.direct => {
             param_headers(core, gen, tool, &base).await
@@ -245,11 +265,6 @@ pub(super) async fn call_stateless(
         headers.push((crate::mcp::header::NAME, v));
     }
     headers.extend(trace_headers);
-    // The written `_meta` holds the params' own keys (the era's restated): a progress
-    // token only if the client's `_meta` has one.
-    let progress = params.as_ref().is_some_and(|p| {
-        crate::jsonrpc::meta_may_name(p, "progressToken", crate::needle!("progressToken"))
-    });
     let mut outgoing = Some(OutParams::Written {
         text: base,
         progress,
@@ -303,7 +318,7 @@ pub(super) async fn call_stateless(
         }
         // Rare (a backend asking for input): the params are written again and
         // their top level parsed here.
-        let (base, _) = for_stateless_era(method, params.as_ref(), &ctx.client);
+        let base = for_stateless_era(method, params.as_ref(), &ctx.client).text;
         let mut next: Fields = serde_json::from_str(&base).unwrap_or_default();
         next.insert(
             "inputResponses".into(),
@@ -441,7 +456,12 @@ mod tests {
             log_level: Some("info"),
             ..Default::default()
         };
-        let (out, named) = for_stateless_era("tools/call", raw(&params).as_ref(), &client);
+        let super::StatelessParams {
+            text: out,
+            named,
+            progress,
+        } = for_stateless_era("tools/call", raw(&params).as_ref(), &client);
+        assert!(progress, "the client's progress token was copied");
         let out: crate::mcp::results::Fields = serde_json::from_str(&out).unwrap();
         assert_eq!(out.get("arguments").map(|a| a.get()), Some(args));
         assert_eq!(named.as_deref(), Some("echo"));
@@ -458,7 +478,7 @@ mod tests {
             })
         );
         // No params at all: just the `_meta` Gantry states.
-        let (out, _) = for_stateless_era("ping", None, &crate::call::ClientView::default());
+        let out = for_stateless_era("ping", None, &crate::call::ClientView::default()).text;
         let out: crate::mcp::results::Fields = serde_json::from_str(&out).unwrap();
         let keys: Vec<&str> = out.keys().map(String::as_str).collect();
         assert_eq!(keys, ["_meta"]);
@@ -548,7 +568,7 @@ mod props {
                 log_level: level,
                 ..Default::default()
             };
-            let (out, _) = for_stateless_era("tools/call", Some(&raw), &client);
+            let out = for_stateless_era("tools/call", Some(&raw), &client).text;
             let out: Map<String, Value> = serde_json::from_str(&out)
                 .map_err(|e| TestCaseError::fail(format!("{e}: {out}")))?;
             let sent: Map<String, Value> = serde_json::from_str(&params).unwrap();

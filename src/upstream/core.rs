@@ -102,8 +102,8 @@ pub(crate) enum OutParams {
     /// An object Gantry wrote itself around checked text (keys quoted by
     /// [`crate::jsonrpc::push_json_string`], values copied from checked text): valid
     /// by construction, so not parsed again to make a [`Raw`](crate::jsonrpc::Raw) of it.
-    /// `progress`: whether its `_meta` may hold a progress token, as the writer
-    /// knows from what it copied (`false` only when it surely holds none).
+    /// `progress`: whether its `_meta` holds a progress token, as the writer knows
+    /// from what it copied.
     Written { text: String, progress: bool },
 }
 
